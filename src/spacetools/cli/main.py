@@ -1,0 +1,19 @@
+"""The `spacetools` command: one typer app with a sub-app per concept."""
+
+import typer
+
+from spacetools.cli import data, demo, eval, tools
+
+app = typer.Typer(
+    name="spacetools",
+    help="Tool-augmented spatial reasoning: simulated data, Toolshed tools, evaluation.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(data.app, name="data", help="Generate and inspect SpatialSim benchmark sets.")
+app.add_typer(tools.app, name="tools", help="List, describe and run Toolshed tools.")
+app.add_typer(eval.app, name="eval", help="Evaluate a policy on benchmarks with live tools.")
+app.command(name="demo")(demo.demo)
+
+if __name__ == "__main__":
+    app()
