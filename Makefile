@@ -28,7 +28,8 @@ lint: install
 	$(BIN)/ruff format src tests benchmarks
 
 bench: install
-	$(BIN)/python benchmarks/sim_throughput.py
+	$(BIN)/python benchmarks/sim_render.py
+	$(BIN)/python benchmarks/spatialsim_generate.py
 	$(BIN)/python benchmarks/toolshed_throughput.py
 	$(BIN)/python benchmarks/rollout_throughput.py
 

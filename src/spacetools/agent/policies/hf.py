@@ -1,0 +1,343 @@
+"""The ``hf`` policy: a local transformers image-text-to-text model (e.g. Qwen2.5-VL) with batched generation.
+
+Many episodes call :meth:`HFPolicy.act` at once; a background task gathers their prompts into one
+left-padded ``generate`` call that runs in a worker thread, so the event loop (and the Toolshed calls
+of the other episodes) keeps running meanwhile. torch and transformers are imported only when a
+policy is built, so the rest of the package imports without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PIL import Image
+
+if TYPE_CHECKING:
+    from spacetools.agent.types import EpisodeState
+
+TOOL_RESPONSE_OPEN = "<tool_response>"
+TOOL_RESPONSE_CLOSE = "</tool_response>"
+_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def template_renders_tool_role(chat_template: str) -> bool:
+    """Whether a chat template wraps ``tool`` messages itself (Qwen2.5's text template does, the VL one not)."""
+    return TOOL_RESPONSE_OPEN in chat_template
+
+
+def _strip_tool_response(text: str) -> str:
+    """The body of a ``<tool_response>…</tool_response>`` block (the text itself when it is not one)."""
+    stripped = text.strip()
+    if stripped.startswith(TOOL_RESPONSE_OPEN) and stripped.endswith(TOOL_RESPONSE_CLOSE):
+        return stripped[len(TOOL_RESPONSE_OPEN) : -len(TOOL_RESPONSE_CLOSE)].strip("\n")
+    return text
+
+
+def _wrap_tool_response(text: str) -> str:
+    """``text`` as one ``<tool_response>`` block, never wrapped twice."""
+    return f"{TOOL_RESPONSE_OPEN}\n{_strip_tool_response(text)}\n{TOOL_RESPONSE_CLOSE}"
+
+
+def _as_pil(image: np.ndarray, index: int) -> Image.Image:
+    array = np.asarray(image)
+    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
+        raise ValueError(
+            f"image {index}: expected an (H, W, 3) uint8 RGB array, got {array.shape} {array.dtype}"
+        )
+    return Image.fromarray(array)
+
+
+def convert_messages(
+    messages: list[dict[str, Any]], images: list[np.ndarray], *, native_tool_role: bool
+) -> tuple[list[dict[str, Any]], list[Image.Image]]:
+    """Turn an episode's OpenAI-style chat into a processor conversation and its images in prompt order.
+
+    Image parts ``{"type": "image", "index": i}`` become ``{"type": "image"}`` and ``images[i]`` is
+    appended to the returned list, so placeholders and pixels line up. With ``native_tool_role`` the
+    ``tool`` messages keep their role (the template adds ``<tool_response>``); otherwise consecutive tool
+    messages become one ``user`` message of ``<tool_response>`` blocks, as Qwen's own template renders them.
+    """
+    conversation: list[dict[str, Any]] = []
+    ordered_images: list[Image.Image] = []
+
+    def convert_parts(content: Any, position: int, is_tool: bool) -> list[dict[str, Any]]:
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if not isinstance(content, list):
+            raise ValueError(f"message {position}: content must be a string or a list of parts")
+        parts: list[dict[str, Any]] = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                text = str(part.get("text", ""))
+                if is_tool:
+                    text = _strip_tool_response(text) if native_tool_role else _wrap_tool_response(text)
+                parts.append({"type": "text", "text": text})
+            elif kind == "image":
+                index = part.get("index")
+                if not isinstance(index, int) or not 0 <= index < len(images):
+                    raise ValueError(
+                        f"message {position}: image index {index!r} is out of range ({len(images)} images)"
+                    )
+                ordered_images.append(_as_pil(images[index], index))
+                parts.append({"type": "image"})
+            else:
+                raise ValueError(f"message {position}: unsupported content part {part!r}")
+        return parts
+
+    tool_turn: dict[str, Any] | None = None  # the user message that gathers consecutive tool results
+    for position, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise ValueError(f"message {position}: unknown role {role!r}")
+        parts = convert_parts(message.get("content", ""), position, is_tool=role == "tool")
+        if role != "tool" or native_tool_role:
+            conversation.append({"role": role, "content": parts})
+            tool_turn = None
+        elif tool_turn is None:
+            tool_turn = {"role": "user", "content": parts}
+            conversation.append(tool_turn)
+        else:
+            tool_turn["content"].extend([{"type": "text", "text": "\n"}, *parts])
+    return conversation, ordered_images
+
+
+@dataclass
+class _Request:
+    prompt: str
+    images: list[Image.Image]
+    future: asyncio.Future[str]
+
+
+@dataclass
+class _Batcher:
+    """The request queue and the background task of one event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    pending: deque[_Request] = field(default_factory=deque)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    worker: asyncio.Task[None] | None = None
+
+
+class HFPolicy:
+    """A local Hugging Face image-text-to-text model as a :class:`~spacetools.agent.types.Policy`.
+
+    Args:
+        model_path: a local directory holding the model, its processor files and a chat template.
+        device: torch device to run on (``cpu``, ``cuda``, ``cuda:1``…).
+        dtype: ``auto`` (the checkpoint's own), ``float32``, ``float16`` or ``bfloat16``.
+        max_new_tokens: the longest assistant turn, in tokens.
+        temperature: 0 decodes greedily; above 0 samples.
+        batch_size: the most prompts one ``generate`` call takes.
+        batch_wait_ms: how long the first queued prompt waits for others to join its batch.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        device: str = "cpu",
+        dtype: str = "auto",
+        max_new_tokens: int = 512,
+        temperature: float = 0.0,
+        batch_size: int = 8,
+        batch_wait_ms: float = 20,
+    ) -> None:
+        path = Path(model_path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"hf policy: model directory {model_path!r} does not exist")
+        if dtype not in _DTYPES:
+            raise ValueError(f"hf policy: dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+        if max_new_tokens < 1 or batch_size < 1:
+            raise ValueError("hf policy: max_new_tokens and batch_size must be at least 1")
+        if temperature < 0 or batch_wait_ms < 0:
+            raise ValueError("hf policy: temperature and batch_wait_ms must not be negative")
+
+        import torch
+        from transformers import AutoModelForImageTextToText
+
+        self.name = f"hf:{path.name}"
+        self.batch_size = batch_size
+        self.batch_wait_s = batch_wait_ms / 1000
+        self.processor = load_processor(path)
+        self.tokenizer = self.processor.tokenizer
+        # Decoder-only batches must be padded on the left so every prompt ends where generation starts.
+        self.tokenizer.padding_side = "left"
+        chat_template = self.processor.chat_template or self.tokenizer.chat_template
+        if not chat_template:
+            raise ValueError(f"hf policy: {model_path!r} has no chat template")
+        self.native_tool_role = template_renders_tool_role(chat_template)
+
+        torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+        self.model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=torch_dtype, local_files_only=True
+        )
+        self.model.to(device).eval()
+        self.generation_config = _generation_config(self.model, self.tokenizer, max_new_tokens, temperature)
+
+        self._batcher: _Batcher | None = None
+        self._stats = {"requests": 0, "batches": 0, "max_batch": 0, "new_tokens": 0, "generate_s": 0.0}
+
+    async def act(self, state: EpisodeState) -> str:
+        """Queue this episode's prompt for the next batch and return the generated assistant turn."""
+        conversation, images = convert_messages(
+            state.messages, state.images, native_tool_role=self.native_tool_role
+        )
+        prompt = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+        batcher = self._current_batcher()
+        request = _Request(prompt, images, batcher.loop.create_future())
+        batcher.pending.append(request)
+        batcher.arrived.set()
+        return await request.future
+
+    def stats(self) -> dict[str, float]:
+        """Requests served, ``generate`` calls (batches), batch sizes, new tokens and generation time."""
+        batches = self._stats["batches"]
+        return {**self._stats, "mean_batch": self._stats["requests"] / batches if batches else 0.0}
+
+    async def aclose(self) -> None:
+        """Stop the background batching task (queued requests are cancelled)."""
+        batcher, self._batcher = self._batcher, None
+        if batcher is None or batcher.worker is None:
+            return
+        batcher.worker.cancel()
+        for request in batcher.pending:
+            request.future.cancel()
+        await asyncio.gather(batcher.worker, return_exceptions=True)
+
+    def _current_batcher(self) -> _Batcher:
+        # A policy may outlive one event loop (each asyncio.run is a new loop); queues belong to a loop.
+        loop = asyncio.get_running_loop()
+        batcher = self._batcher
+        if batcher is None or batcher.loop is not loop or batcher.worker is None or batcher.worker.done():
+            batcher = _Batcher(loop)
+            batcher.worker = loop.create_task(self._serve(batcher), name=f"{self.name} batcher")
+            self._batcher = batcher
+        return batcher
+
+    async def _serve(self, batcher: _Batcher) -> None:
+        while True:
+            while not batcher.pending:
+                batcher.arrived.clear()
+                await batcher.arrived.wait()
+            deadline = batcher.loop.time() + self.batch_wait_s
+            while len(batcher.pending) < self.batch_size:
+                remaining = deadline - batcher.loop.time()
+                if remaining <= 0:
+                    break
+                batcher.arrived.clear()
+                try:
+                    await asyncio.wait_for(batcher.arrived.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            count = min(self.batch_size, len(batcher.pending))
+            batch = [batcher.pending.popleft() for _ in range(count)]
+            batch = [request for request in batch if not request.future.done()]
+            if not batch:
+                continue
+            try:
+                texts = await asyncio.to_thread(self._generate, batch)
+            except asyncio.CancelledError:
+                # Closing mid-generation must not leave these callers waiting forever.
+                for request in batch:
+                    request.future.cancel()
+                raise
+            except Exception as error:
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(error)
+            else:
+                for request, text in zip(batch, texts, strict=True):
+                    if not request.future.done():
+                        request.future.set_result(text)
+
+    def _generate(self, batch: list[_Request]) -> list[str]:
+        """One left-padded ``generate`` over the batch (runs in a worker thread); only new tokens are decoded."""
+        import torch
+
+        images = [image for request in batch for image in request.images]
+        inputs = self.processor(
+            text=[request.prompt for request in batch],
+            images=images or None,
+            padding=True,
+            return_tensors="pt",
+        ).to(self.model.device)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            output = self.model.generate(**inputs, generation_config=self.generation_config)
+        new_tokens = output[:, inputs["input_ids"].shape[1] :]
+        self._stats["generate_s"] += time.perf_counter() - started
+        self._stats["batches"] += 1
+        self._stats["requests"] += len(batch)
+        self._stats["max_batch"] = max(self._stats["max_batch"], len(batch))
+        self._stats["new_tokens"] += int((new_tokens != self.generation_config.pad_token_id).sum())
+        return self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+
+
+def _generation_config(model: Any, tokenizer: Any, max_new_tokens: int, temperature: float) -> Any:
+    """The checkpoint's generation settings with our length, decoding mode and a pad token."""
+    config = copy.deepcopy(model.generation_config)
+    config.max_new_tokens = max_new_tokens
+    config.do_sample = temperature > 0
+    if config.do_sample:
+        config.temperature = temperature
+    else:
+        # Greedy decoding ignores these; clearing them keeps transformers from warning on every call.
+        config.temperature = config.top_p = config.top_k = None
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_token_id is None:
+        raise ValueError("hf policy: the tokenizer has neither a pad nor an end-of-sequence token")
+    config.pad_token_id = pad_token_id
+    return config
+
+
+def load_processor(path: Path) -> Any:
+    """``AutoProcessor`` for ``path``; without torchvision, the same processor class minus its video part.
+
+    transformers' video processors need torchvision, which CPU installs lack, and a processor such as
+    Qwen2.5-VL's refuses to build without one. Images need none of it (the PIL image processor is used),
+    so we build a subclass of the checkpoint's processor whose only sub-processors are image and text.
+    """
+    import transformers
+    from transformers import AutoConfig, AutoProcessor
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    try:
+        return AutoProcessor.from_pretrained(path, local_files_only=True)
+    except ImportError as error:
+        if "torchvision" not in str(error).lower():
+            raise
+        missing_torchvision = error
+    model_type = AutoConfig.from_pretrained(path, local_files_only=True).model_type
+    processor_name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    processor_cls = getattr(transformers, processor_name, None) if processor_name else None
+    if processor_cls is None:
+        raise ImportError(
+            f"hf policy: no processor for model type {model_type!r} loads without torchvision"
+        ) from (missing_torchvision)
+    return _without_video(processor_cls).from_pretrained(path, local_files_only=True)
+
+
+def _without_video(processor_cls: type) -> type:
+    """A subclass of ``processor_cls`` that takes only an image processor and a tokenizer."""
+
+    def __init__(
+        self: Any, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None
+    ) -> None:
+        # ProcessorMixin takes its sub-processors from this signature, so the video one is never loaded.
+        processor_cls.__init__(
+            self,
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            video_processor=None,
+            chat_template=chat_template,
+        )
+
+    return type(f"{processor_cls.__name__}WithoutVideo", (processor_cls,), {"__init__": __init__})

@@ -1,0 +1,279 @@
+"""The ``hf`` policy on a tiny, randomly initialised Qwen2.5-VL built and saved in the test (no downloads)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from spacetools.agent.policies import make_policy
+from spacetools.agent.policies.hf import HFPolicy, convert_messages, template_renders_tool_role
+from spacetools.agent.types import EpisodeState, Policy, Task
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+# The shape of Qwen2.5-VL's own processor template: every role rendered alike, images as vision tokens.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "<think>The mug is left of the bowl.</think>",
+    '<tool_call>{"name": "depth_estimator.estimate_depth", "arguments": {"image_index": 0}}</tool_call>',
+    "<tool_response>\nDepth range 0.65m to 1.29m\n</tool_response>",
+    "<answer>(A)</answer> How far is the red cup from the camera? system user assistant tool",
+]
+
+
+def build_tiny_qwen25_vl(directory: Path) -> int:
+    """Save a random two-layer Qwen2.5-VL with a locally trained tokenizer; return its vocabulary size."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(CORPUS, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHAT_TEMPLATE
+    )
+    token_id = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS), strict=True))
+    vocab_size = len(tokenizer)
+
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": vocab_size,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 1024,
+            # head_dim 8: the three M-RoPE sections (time, height, width) must add up to head_dim / 2.
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]},
+            "bos_token_id": token_id["<|im_start|>"],
+            "eos_token_id": token_id["<|im_end|>"],
+            "pad_token_id": token_id["<|endoftext|>"],
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 32,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
+        },
+        image_token_id=token_id["<|image_pad|>"],
+        video_token_id=token_id["<|video_pad|>"],
+        vision_start_token_id=token_id["<|vision_start|>"],
+        vision_end_token_id=token_id["<|vision_end|>"],
+    )
+    torch.manual_seed(0)
+    Qwen2_5_VLForConditionalGeneration(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    # A 56x56 image becomes 4x4 patches, i.e. 4 image tokens after the 2x2 merge.
+    Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=56 * 56).save_pretrained(directory)
+    return vocab_size
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    directory = tmp_path_factory.mktemp("tiny-qwen2.5-vl")
+    return directory, build_tiny_qwen25_vl(directory)
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model: tuple[Path, int]) -> HFPolicy:
+    return HFPolicy(str(tiny_model[0]), max_new_tokens=6, batch_size=8, batch_wait_ms=20)
+
+
+def image(seed: int, size: int = 56) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+
+
+def episode(question: str, seed: int, with_tool_turn: bool = False) -> EpisodeState:
+    images = [image(seed)]
+    task = Task(id=f"t{seed}", data_source="spatialsim_blinkdepth", question=question, images=images)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Answer inside <answer></answer>."},
+        {"role": "user", "content": [{"type": "image", "index": 0}, {"type": "text", "text": question}]},
+    ]
+    if with_tool_turn:
+        images = [*images, image(seed + 100)]
+        messages += [
+            {"role": "assistant", "content": '<tool_call>{"name": "echo.echo", "arguments": {}}</tool_call>'},
+            {
+                "role": "tool",
+                "content": [
+                    {"type": "text", "text": "<tool_response>\nok\n</tool_response>"},
+                    {"type": "image", "index": 1},
+                ],
+            },
+        ]
+    return EpisodeState(task=task, messages=messages, images=images, turn=len(messages) // 2, tool_specs=[])
+
+
+def spy_on_generate(policy: HFPolicy, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
+    """Record (input ids, output ids) of every real ``generate`` call."""
+    calls: list[tuple[Any, Any]] = []
+    generate = policy.model.generate
+
+    def recording_generate(**inputs: Any) -> Any:
+        output = generate(**inputs)
+        calls.append((inputs["input_ids"], output))
+        return output
+
+    monkeypatch.setattr(policy.model, "generate", recording_generate)
+    return calls
+
+
+async def act_all(policy: HFPolicy, states: list[EpisodeState]) -> list[str]:
+    return list(await asyncio.gather(*(policy.act(state) for state in states)))
+
+
+@pytest.mark.slow
+def test_concurrent_acts_share_one_left_padded_generate(
+    policy: HFPolicy, tiny_model: tuple[Path, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = spy_on_generate(policy, monkeypatch)
+    states = [
+        episode("How far is the cup?", 1),
+        episode("Which is closer to the camera, the red cup or the bowl?", 2),
+        episode("Point at the mug.", 3, with_tool_turn=True),
+    ]
+    texts = asyncio.run(act_all(policy, states))
+
+    assert len(calls) == 1
+    input_ids, output_ids = calls[0]
+    assert input_ids.shape[0] == 3
+    # Left padding: every prompt ends in the last column, right before the generated tokens.
+    assert (input_ids[:, -1] == input_ids[0, -1]).all()
+    assert int(output_ids.max()) < tiny_model[1] and int(output_ids.min()) >= 0
+    assert 1 <= output_ids.shape[1] - input_ids.shape[1] <= 6
+    assert isinstance(policy, Policy)
+    assert all(isinstance(text, str) for text in texts)
+    assert not any("<|im_end|>" in text or "<|endoftext|>" in text for text in texts)
+    assert policy.stats()["max_batch"] >= 3
+
+
+@pytest.mark.slow
+def test_batched_turns_equal_turns_generated_one_by_one(tiny_model: tuple[Path, int]) -> None:
+    states = [episode("How far is the cup?", 4), episode("Is the bowl left of the plate?", 5, True)]
+    batched = HFPolicy(str(tiny_model[0]), max_new_tokens=6, batch_size=8)
+    alone = HFPolicy(str(tiny_model[0]), max_new_tokens=6, batch_size=1)
+
+    together = asyncio.run(act_all(batched, states))
+    one_by_one = asyncio.run(act_all(alone, states))
+
+    assert together == one_by_one
+    assert batched.stats()["batches"] == 1
+    assert alone.stats()["batches"] == 2
+
+
+@pytest.mark.slow
+def test_batch_size_caps_each_generate_and_sampling_runs(tiny_model: tuple[Path, int]) -> None:
+    sampler = make_policy(
+        "hf", model_path=str(tiny_model[0]), max_new_tokens=4, temperature=1.0, batch_size=2
+    )
+    assert isinstance(sampler, HFPolicy) and sampler.generation_config.do_sample
+
+    texts = asyncio.run(act_all(sampler, [episode(f"Question {i}?", 10 + i) for i in range(3)]))
+
+    assert len(texts) == 3
+    assert sampler.stats()["batches"] == 2
+    assert sampler.stats()["max_batch"] == 2
+
+
+@pytest.mark.slow
+def test_bad_image_index_fails_that_act_only_and_policy_survives_aclose(policy: HFPolicy) -> None:
+    broken = episode("How far?", 7)
+    broken.messages[1]["content"][0]["index"] = 5
+
+    async def run() -> str:
+        with pytest.raises(ValueError, match="image index 5 is out of range"):
+            await policy.act(broken)
+        await policy.act(episode("How far?", 8))
+        await policy.aclose()
+        return await policy.act(episode("How far?", 9))
+
+    assert isinstance(asyncio.run(run()), str)
+
+
+def test_convert_messages_groups_tool_results_as_user_turn_and_orders_images() -> None:
+    images = [image(0, 8), image(1, 8), image(2, 8)]
+    messages = [
+        {"role": "user", "content": [{"type": "image", "index": 2}, {"type": "text", "text": "Q"}]},
+        {"role": "assistant", "content": "<tool_call>…</tool_call><tool_call>…</tool_call>"},
+        {"role": "tool", "content": "<tool_response>\nfirst\n</tool_response>"},
+        {"role": "tool", "content": [{"type": "text", "text": "second"}, {"type": "image", "index": 0}]},
+    ]
+
+    conversation, ordered = convert_messages(messages, images, native_tool_role=False)
+
+    assert [m["role"] for m in conversation] == ["user", "assistant", "user"]
+    tool_texts = [part["text"] for part in conversation[2]["content"] if part["type"] == "text"]
+    assert tool_texts == [
+        "<tool_response>\nfirst\n</tool_response>",
+        "\n",
+        "<tool_response>\nsecond\n</tool_response>",
+    ]
+    assert [np.asarray(picture).tolist() for picture in ordered] == [images[2].tolist(), images[0].tolist()]
+
+    native, _ = convert_messages(messages, images, native_tool_role=True)
+    assert [m["role"] for m in native] == ["user", "assistant", "tool", "tool"]
+    assert native[2]["content"] == [{"type": "text", "text": "first"}]
+
+
+def test_template_detection_and_bad_messages() -> None:
+    assert not template_renders_tool_role(CHAT_TEMPLATE)
+    assert template_renders_tool_role("{% if message.role == 'tool' %}<tool_response>{% endif %}")
+    with pytest.raises(ValueError, match="unknown role"):
+        convert_messages([{"role": "robot", "content": "hi"}], [], native_tool_role=False)
+    with pytest.raises(ValueError, match="uint8"):
+        convert_messages(
+            [{"role": "user", "content": [{"type": "image", "index": 0}]}],
+            [np.zeros((4, 4), dtype=np.float32)],
+            native_tool_role=False,
+        )
+
+
+def test_bad_options_give_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        HFPolicy(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="dtype"):
+        HFPolicy(str(tmp_path), dtype="float8")
+    with pytest.raises(ValueError, match="batch_size"):
+        HFPolicy(str(tmp_path), batch_size=0)
+
+
+def test_module_imports_without_torch() -> None:
+    code = "import sys, spacetools.agent.policies.hf; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
