@@ -1,0 +1,1 @@
+"""Benchmarks: the verl parquet dataset layout, the SpatialSim generator, evaluation and reports."""

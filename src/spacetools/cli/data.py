@@ -1,5 +1,93 @@
-"""`spacetools data`: to be filled in."""
+"""`spacetools data`: generate SpatialSim parquet sets and draw a sample's ground truth."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import typer
+from rich.console import Console
+
+from spacetools.bench.dataset import parquet_files, read_samples
+from spacetools.bench.spatialsim import FAMILIES, generator
+from spacetools.bench.spatialsim.balance import balance_table
+from spacetools.bench.spatialsim.draw import render_sample
 
 app = typer.Typer(no_args_is_help=True)
+console = Console()
+
+
+def _family_list(values: list[str] | None) -> list[str] | None:
+    """`--families a,b --families c` → [a, b, c], validated against the known families."""
+    if not values:
+        return None
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    try:
+        return generator.check_families(names)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--families") from error
+
+
+@app.command()
+def generate(
+    out: Path = typer.Option(..., "--out", help="Folder for the spatialsim_<family>.parquet files."),
+    n: int = typer.Option(..., "--n", help="Questions per family."),
+    seed: int = typer.Option(0, "--seed", help="Run seed; the same arguments give identical files."),
+    families: list[str] | None = typer.Option(
+        None,
+        "--families",
+        help=f"Families to generate, comma-separated or repeated (default all: {', '.join(FAMILIES)}).",
+    ),
+    workers: int | None = typer.Option(None, "--workers", help="Processes (default: up to 2)."),
+) -> None:
+    """Generate SpatialSim questions with ground truth into verl parquet files."""
+    if n < 1:
+        raise typer.BadParameter(
+            f"must be a positive number of questions per family, got {n}", param_hint="--n"
+        )
+    if workers is not None and workers < 1:
+        raise typer.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
+    names = _family_list(families)
+    try:
+        generator.prepare_output(out)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--out") from error
+    start = time.perf_counter()
+    by_family = generator.generate(n, seed, names, workers)
+    generator.write_families(out, by_family)
+    elapsed = time.perf_counter() - start
+    console.print(balance_table(by_family, title=f"SpatialSim in {out}"))
+    total = sum(len(samples) for samples in by_family.values())
+    console.print(f"{total} questions in {elapsed:.1f} s ({total / elapsed:.1f} questions/s)")
+
+
+@app.command()
+def show(
+    folder: Path = typer.Argument(..., help="A folder of parquet files (or one parquet file)."),
+    index: int = typer.Option(..., "--index", help="The sample's extra_info index."),
+    family: str | None = typer.Option(None, "--family", help="Family to show (default: the first file's)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="PNG to write (default: <folder>/show_<key>_<index>.png)."
+    ),
+) -> None:
+    """Write a PNG of one sample with its question and ground truth drawn on the image."""
+    if family is not None and family not in FAMILIES:
+        raise typer.BadParameter(f"unknown family {family!r}; valid: {list(FAMILIES)}", param_hint="--family")
+    try:
+        files = parquet_files(folder, [FAMILIES[family].data_source] if family else None)
+    except FileNotFoundError as error:
+        raise typer.BadParameter(str(error), param_hint="FOLDER") from error
+    if not files:
+        raise typer.BadParameter(f"no parquet files in {folder}", param_hint="FOLDER")
+    samples = read_samples(files[0])
+    # Rows without an `index` (foreign files) are addressed by their position.
+    matches = [s for position, s in enumerate(samples) if s.extra_info.get("index", position) == index]
+    if not matches:
+        raise typer.BadParameter(
+            f"no sample with index {index} in {files[0].name} ({len(samples)} rows)", param_hint="--index"
+        )
+    sample = matches[0]
+    target = out or (folder if folder.is_dir() else folder.parent) / f"show_{sample.data_source}_{index}.png"
+    render_sample(sample).save(target)
+    console.print(f"{sample.data_source} #{index}: {sample.question}")
+    console.print(f"wrote {target}")
