@@ -1,0 +1,32 @@
+"""Policies write assistant turns; :func:`make_policy` builds one by name without importing the others.
+
+Each policy lives in its own module so that, for example, using ``openai`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from spacetools.agent.types import Policy
+
+# name -> (module, class); modules are imported only when their policy is asked for.
+POLICIES: dict[str, tuple[str, str]] = {
+    "scripted": ("spacetools.agent.policies.scripted", "ScriptedPolicy"),
+    "openai": ("spacetools.agent.policies.openai", "OpenAIPolicy"),
+    "hf": ("spacetools.agent.policies.hf", "HFPolicy"),
+    "replay": ("spacetools.agent.policies.replay", "ReplayPolicy"),
+}
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """Build the policy called ``name`` (one of :data:`POLICIES`) with its keyword options."""
+    try:
+        module_name, class_name = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}") from None
+    policy_cls = getattr(importlib.import_module(module_name), class_name)
+    return policy_cls(**options)
+
+
+__all__ = ["POLICIES", "make_policy"]

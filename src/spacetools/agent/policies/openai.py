@@ -1,0 +1,141 @@
+"""A policy backed by any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a frontier API).
+
+The model drives the same tag protocol as every other policy: no native function calling. Tool
+responses go back as user messages carrying the ``<tool_response>`` text (how Qwen2.5's chat template
+renders the ``tool`` role), consecutive ones merged into one message; images travel as base64 PNG data
+URLs in ``image_url`` parts. Retries with exponential back-off on 429, 5xx, timeouts and connection
+errors are the ``openai`` client's own.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+import numpy as np
+import openai
+
+from spacetools.agent.types import EpisodeState, image_to_data_url
+
+
+class _DataUrlCache:
+    """PNG data URLs of the conversation images, encoded once per array instead of once per turn."""
+
+    def __init__(self) -> None:
+        self._urls: dict[int, str] = {}
+
+    def get(self, image: np.ndarray) -> str:
+        key = id(image)
+        url = self._urls.get(key)
+        if url is None:
+            url = image_to_data_url(image)
+            self._urls[key] = url
+            # id() values are reused after an array dies, so forget the entry with the array.
+            weakref.finalize(image, self._urls.pop, key, None)
+        return url
+
+
+class OpenAIPolicy:
+    """Writes assistant turns with a chat-completions endpoint.
+
+    Args:
+        model: The model name the endpoint serves.
+        base_url: The endpoint (e.g. ``http://127.0.0.1:8000/v1``); None means OpenAI's API.
+        api_key_env: The environment variable holding the key. Local servers need none.
+        temperature: Sampling temperature.
+        max_tokens: Most tokens per assistant turn.
+        timeout_s: Timeout of one request, in seconds.
+        max_retries: Retries after a 429, a 5xx, a timeout or a dropped connection.
+        extra_body: Extra JSON fields for the request (e.g. vLLM's ``top_k``).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("OpenAIPolicy needs a model name")
+        if max_tokens < 1 or timeout_s <= 0 or max_retries < 0:
+            raise ValueError(
+                f"bad limits: max_tokens={max_tokens}, timeout_s={timeout_s}, max_retries={max_retries}"
+            )
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            if base_url is None:
+                raise ValueError(f"set {api_key_env} to use the OpenAI API, or give a base_url")
+            api_key = "EMPTY"  # self-hosted servers (vLLM, SGLang) accept any key
+        self.model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.extra_body = dict(extra_body or {})
+        self.client = openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
+        )
+        self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self._image_urls = _DataUrlCache()
+
+    def chat_messages(self, state: EpisodeState) -> list[dict[str, Any]]:
+        """The episode's messages in chat-completions form."""
+        converted: list[dict[str, Any]] = []
+        previous_role: str | None = None
+        for message in state.messages:
+            role = message["role"]
+            content = self._content(message.get("content", ""), state)
+            if role != "tool":
+                converted.append({"role": role, "content": content})
+            elif previous_role == "tool":
+                # Tag protocol: a run of tool responses is one user turn, as Qwen2.5's template renders it.
+                converted[-1]["content"].extend(self._as_parts(content))
+            else:
+                converted.append({"role": "user", "content": self._as_parts(content)})
+            previous_role = role
+        return converted
+
+    async def act(self, state: EpisodeState) -> str:
+        """Ask the endpoint for the next assistant turn and return its text."""
+        response = await self.client.chat.completions.create(
+            model=self.model,
+            messages=self.chat_messages(state),  # type: ignore[arg-type]
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            extra_body=self.extra_body or None,
+        )
+        self.usage["requests"] += 1
+        if response.usage is not None:
+            self.usage["prompt_tokens"] += response.usage.prompt_tokens
+            self.usage["completion_tokens"] += response.usage.completion_tokens
+        if not response.choices:
+            raise RuntimeError(f"the endpoint returned no choices for model {self.model!r}")
+        return response.choices[0].message.content or ""
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.client.close()
+
+    def _content(
+        self, content: str | list[dict[str, Any]], state: EpisodeState
+    ) -> str | list[dict[str, Any]]:
+        if isinstance(content, str):
+            return content
+        parts: list[dict[str, Any]] = []
+        for part in content:
+            if part.get("type") == "image":
+                url = self._image_urls.get(state.images[part["index"]])
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            else:
+                parts.append({"type": "text", "text": part.get("text", "")})
+        return parts
+
+    @staticmethod
+    def _as_parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)

@@ -1,0 +1,182 @@
+"""Data types shared by the protocol, the rollout loop and every policy."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+from PIL import Image
+
+if TYPE_CHECKING:
+    from spacetools.tools.definition import ToolSpec
+
+_PNG_DATA_URL_PREFIX = "data:image/png;base64,"
+
+
+def image_to_data_url(image: np.ndarray) -> str:
+    """Encode an RGB ``uint8`` image as a lossless PNG data URL."""
+    array = np.asarray(image)
+    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
+        raise ValueError(f"expected an (H, W, 3) uint8 RGB image, got shape {array.shape} {array.dtype}")
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return _PNG_DATA_URL_PREFIX + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def data_url_to_image(url: str) -> np.ndarray:
+    """Decode a base64 image data URL (PNG or JPEG) into an RGB ``uint8`` array."""
+    header, sep, payload = url.partition(",")
+    if not sep or not header.startswith("data:image/") or not header.endswith(";base64"):
+        raise ValueError(f"not a base64 image data URL: {url[:40]!r}…")
+    try:
+        with Image.open(io.BytesIO(base64.b64decode(payload))) as image:
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except (OSError, ValueError) as exc:  # bad base64 or an unreadable image
+        raise ValueError(f"cannot decode the image data URL: {exc}") from exc
+
+
+@dataclass
+class Task:
+    """One question to answer: the images it is about and where it came from (never the ground truth)."""
+
+    id: str
+    data_source: str
+    question: str
+    images: list[np.ndarray]
+    scenes: list[str | None] = field(default_factory=list)
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.images:
+            raise ValueError(f"task {self.id!r} has no image")
+        if not self.scenes:
+            self.scenes = [None] * len(self.images)
+        if len(self.scenes) != len(self.images):
+            raise ValueError(
+                f"task {self.id!r}: {len(self.scenes)} scenes for {len(self.images)} images (need one each)"
+            )
+
+
+@dataclass(eq=False)
+class EpisodeState:
+    """What a policy sees before its next turn (compared and hashed by identity: it is one live episode).
+
+    ``messages`` is an OpenAI-style chat whose image parts are ``{"type": "image", "index": i}``;
+    ``i`` addresses ``images`` (the task's images first, then those added by tools), which is also
+    what a tool's ``image_index`` argument means. ``turn`` counts the assistant turns already taken.
+    """
+
+    task: Task
+    messages: list[dict[str, Any]]
+    images: list[np.ndarray]
+    turn: int
+    tool_specs: list[ToolSpec]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that writes the next assistant turn of an episode."""
+
+    name: str
+
+    async def act(self, state: EpisodeState) -> str:
+        """Return the raw text of the next assistant turn."""
+        ...
+
+
+@dataclass
+class ToolCallRecord:
+    """One executed tool call: what was asked, what came back, and how long it took."""
+
+    name: str
+    arguments: dict[str, Any]
+    result_text: str
+    is_error: bool
+    variables: list[str]
+    latency_s: float
+    turn: int
+
+
+@dataclass
+class Trajectory:
+    """A finished episode, JSON-serialisable with :meth:`to_dict` / :meth:`from_dict`.
+
+    ``images`` holds only the images tools added; an image part with index ``i`` refers to the
+    task's image ``i`` when ``i < task_image_count`` and to ``images[i - task_image_count]`` otherwise.
+    ``finish_reason`` is one of ``answer``, ``no_tool_call``, ``max_turns``, ``policy_error``.
+    ``error`` is set when the policy raised, so a run never loses an episode silently.
+    """
+
+    task_id: str
+    data_source: str
+    messages: list[dict[str, Any]]
+    tool_calls: list[ToolCallRecord]
+    answer: str | None
+    turns: int
+    score: dict[str, Any] | None
+    parse_errors: int
+    stats: dict[str, Any]
+    wall_s: float
+    finish_reason: str = "answer"
+    error: str | None = None
+    images: list[np.ndarray] = field(default_factory=list)
+    task_image_count: int = 1
+
+    @property
+    def solution_text(self) -> str:
+        """Every assistant turn's raw text, joined by newlines: the solution string verl hands a scorer."""
+        return "\n".join(
+            message["content"]
+            for message in self.messages
+            if message.get("role") == "assistant" and isinstance(message.get("content"), str)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain JSON-compatible dict (tool images become PNG data URLs)."""
+        data = asdict(self)
+        data["images"] = [image_to_data_url(image) for image in self.images]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        """Rebuild a trajectory written by :meth:`to_dict`."""
+        values = dict(data)
+        try:
+            values["tool_calls"] = [ToolCallRecord(**record) for record in values.get("tool_calls", [])]
+            values["images"] = [data_url_to_image(url) for url in values.get("images", [])]
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError(f"not a trajectory record: {exc}") from exc
+
+
+def write_trajectories(trajectories: Iterable[Trajectory], path: str | Path, *, append: bool = False) -> None:
+    """Write trajectories to a JSON-lines file, one per line."""
+    with Path(path).open("a" if append else "w", encoding="utf-8") as stream:
+        for trajectory in trajectories:
+            stream.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+
+
+def read_trajectories(path: str | Path) -> list[Trajectory]:
+    """Read a JSON-lines file of trajectories (:func:`write_trajectories`), or of evaluation rows that
+    hold one under ``"trajectory"`` (a run folder's ``samples.jsonl``)."""
+    trajectories: list[Trajectory] = []
+    with Path(path).open(encoding="utf-8") as stream:
+        for line_number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if isinstance(record, dict) and "task_id" not in record and "trajectory" in record:
+                    record = record["trajectory"]
+                if not isinstance(record, dict):
+                    raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+                trajectories.append(Trajectory.from_dict(record))
+            except (json.JSONDecodeError, ValueError) as exc:
+                raise ValueError(f"{path}:{line_number}: not a trajectory record: {exc}") from exc
+    return trajectories
