@@ -1,0 +1,127 @@
+"""Diagnostic tools for tests and benchmarks of the Toolshed: echo, sleep and injected faults."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import numpy as np
+
+from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
+
+__all__ = ["EchoTool", "FaultTool", "SleepTool"]
+
+
+class EchoTool(Tool):
+    """Returns what it is given: the cheapest possible tool call."""
+
+    name = "echo"
+
+    @tool_method
+    def echo(self, text: str) -> ToolResult:
+        """Return the text unchanged.
+
+        Args:
+            text: The text to send back.
+        """
+        return ToolResult(text=text)
+
+    @tool_method
+    def describe(self, data: np.ndarray) -> ToolResult:
+        """Describe an array: its shape, dtype and mean.
+
+        Args:
+            data: The array to describe.
+        """
+        return ToolResult(
+            text=f"array of shape {data.shape}, dtype {data.dtype}, mean {float(data.mean()):.4f}"
+        )
+
+    @tool_method
+    def random(self, *, ctx: ToolContext) -> ToolResult:
+        """Draw a number from the call's seeded random generator."""
+        return ToolResult(text=f"{ctx.rng.random():.12f}")
+
+
+class SleepTool(Tool):
+    """A tool with a fixed latency, for throughput measurements."""
+
+    name = "sleep"
+
+    @tool_method
+    def sleep(self, seconds: float) -> ToolResult:
+        """Sleep, then report how long.
+
+        Args:
+            seconds: How long to sleep, in seconds (0 to 60).
+        """
+        if not 0 <= seconds <= 60:
+            raise ToolError(f"seconds must be between 0 and 60 (got {seconds})")
+        time.sleep(seconds)
+        return ToolResult(text=f"slept {seconds:g} s")
+
+    @tool_method
+    def noop(self) -> ToolResult:
+        """Do nothing."""
+        return ToolResult(text="ok")
+
+
+class FaultTool(Tool):
+    """Injects the failures the Toolshed must survive: crashes, hangs, exceptions, large outputs."""
+
+    name = "fault"
+
+    @tool_method
+    def echo(self, text: str) -> ToolResult:
+        """Return the text unchanged (the healthy path of a faulty tool).
+
+        Args:
+            text: The text to send back.
+        """
+        return ToolResult(text=text)
+
+    @tool_method
+    def crash(self, exit_code: int = 3) -> ToolResult:
+        """Kill the worker process that runs this call, without cleanup.
+
+        Args:
+            exit_code: The process exit code.
+        """
+        # os._exit in the server process would take the whole Toolshed down, not one instance.
+        if multiprocessing.parent_process() is None:
+            raise ToolError("fault.crash only runs in a worker process (deploy with backend='process')")
+        os._exit(exit_code)
+
+    @tool_method
+    def hang(self, seconds: float = 3600.0) -> ToolResult:
+        """Block for a long time, as a deadlocked tool would.
+
+        Args:
+            seconds: How long to block.
+        """
+        time.sleep(seconds)
+        return ToolResult(text=f"woke up after {seconds:g} s")
+
+    @tool_method
+    def raise_error(self, message: str) -> ToolResult:
+        """Raise a RuntimeError with the given message.
+
+        Args:
+            message: The exception message.
+        """
+        raise RuntimeError(message)
+
+    @tool_method
+    def make_array(self, n: int) -> ToolResult:
+        """Create a float32 array of n ones and store it as $array.
+
+        Args:
+            n: Number of elements (0 to 100 million).
+        """
+        if not 0 <= n <= 100_000_000:
+            raise ToolError(f"n must be between 0 and 100000000 (got {n})")
+        return ToolResult(
+            text=f"Created an array of {n} float32 values. Use $array to reference it.",
+            variables={"array": np.ones(n, dtype=np.float32)},
+        )

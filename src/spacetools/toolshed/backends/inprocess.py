@@ -1,0 +1,98 @@
+"""In-process backend: each instance is a tool object served by its own daemon thread.
+
+For light tools. A hung call cannot be interrupted in a thread, so `kill()` abandons the thread (it exits
+once its call returns, and its result is dropped) and the router starts a fresh instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from typing import Any
+
+from spacetools.tools.definition import Tool, ToolContext, ToolResult, invoke_tool_method
+from spacetools.toolshed.deployment import resolve_tool_class
+
+__all__ = ["InProcessInstance"]
+
+_Request = tuple[str, dict[str, Any], ToolContext, "asyncio.Future[ToolResult]"]
+
+
+class InProcessInstance:
+    """A tool instance running on a dedicated thread of the server process."""
+
+    def __init__(self, tool: type[Tool] | str, config: dict[str, Any], name: str) -> None:
+        self._tool_ref = tool
+        self._config = dict(config)
+        self._name = name
+        self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._killed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        """True while the serving thread runs and the instance was not killed."""
+        return self._thread is not None and self._thread.is_alive() and not self._killed.is_set()
+
+    @property
+    def pid(self) -> int | None:
+        """None: the tool shares the server's process."""
+        return None
+
+    async def start(self) -> None:
+        """Start the thread, which constructs the tool and runs `setup()`."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        # Daemon: a thread stuck in a hung tool must not keep the interpreter from exiting.
+        self._thread = threading.Thread(
+            target=self._serve, args=(loop, ready), name=f"toolshed-{self._name}", daemon=True
+        )
+        self._thread.start()
+        await ready
+
+    async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Hand the call to the thread and wait for its result."""
+        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+        self._requests.put((method, kwargs, ctx, future))
+        return await future
+
+    async def kill(self) -> None:
+        """Abandon the thread: it stops taking calls and drops the result of a call in progress."""
+        self._killed.set()
+        self._requests.put(None)
+
+    def _serve(self, loop: asyncio.AbstractEventLoop, ready: asyncio.Future[None]) -> None:
+        try:
+            tool = resolve_tool_class(self._tool_ref)(**self._config)
+            tool.setup()
+        except Exception as exc:
+            _settle(loop, ready, RuntimeError(f"{self._name} setup failed: {type(exc).__name__}: {exc}"))
+            return
+        _settle(loop, ready, None)
+        while True:
+            request = self._requests.get()
+            if request is None or self._killed.is_set():
+                return
+            method, kwargs, ctx, future = request
+            result = invoke_tool_method(tool, method, kwargs, ctx)
+            if self._killed.is_set():
+                return
+            _settle(loop, future, result)
+
+
+def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:
+    """Complete `future` from another thread, unless it was cancelled or its loop is gone."""
+
+    def complete() -> None:
+        if future.done():
+            return
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    # RuntimeError: the event loop was closed while this thread was still busy.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(complete)

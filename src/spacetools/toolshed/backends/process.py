@@ -1,0 +1,180 @@
+"""Worker-process backend: each instance is a separate process that owns one tool object.
+
+The tool is constructed and `setup()` runs inside the worker. Calls and results cross a pipe as pickles.
+The server watches the pipe with the event loop (no thread per call): end of file means the worker
+died, and the router then restarts it. Workers come from a forkserver where the platform has one
+(starting a worker costs milliseconds instead of a fresh interpreter), else from spawn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+from typing import Any
+
+from spacetools.tools.definition import (
+    Tool,
+    ToolContext,
+    ToolResult,
+    error_result,
+    invoke_tool_method,
+    sanitize_error_text,
+)
+from spacetools.toolshed.backends.base import InstanceCrashed
+from spacetools.toolshed.deployment import resolve_tool_class
+
+__all__ = ["ProcessInstance", "worker_context"]
+
+_context: multiprocessing.context.BaseContext | None = None
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """The multiprocessing context for workers: forkserver (modules preloaded) where available."""
+    global _context
+    if _context is None:
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            forkserver = multiprocessing.get_context("forkserver")
+            forkserver.set_forkserver_preload([__name__])
+            _context = forkserver
+        else:
+            _context = multiprocessing.get_context("spawn")
+    return _context
+
+
+class _WorkerExited(Exception):
+    """The pipe reached end of file: the worker process is gone."""
+
+
+class ProcessInstance:
+    """A tool instance living in its own worker process."""
+
+    def __init__(
+        self, tool: type[Tool] | str, config: dict[str, Any], name: str, start_timeout_s: float = 600.0
+    ) -> None:
+        self._tool_ref = tool
+        self._config = dict(config)
+        self._name = name
+        self._start_timeout_s = start_timeout_s
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._conn: multiprocessing.connection.Connection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: asyncio.Future[Any] | None = None
+        self._dead = False
+        self._reading = False
+
+    @property
+    def alive(self) -> bool:
+        """True from a successful start until the worker dies or is killed."""
+        return self._conn is not None and not self._dead
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id."""
+        return self._process.pid if self._process is not None else None
+
+    async def start(self) -> None:
+        """Start the worker and wait until its tool is set up."""
+        context = worker_context()
+        parent_conn, child_conn = context.Pipe(duplex=True)
+        self._process = context.Process(  # type: ignore[attr-defined]
+            target=_worker_main,
+            args=(child_conn, self._tool_ref, self._config),
+            name=f"toolshed-{self._name}",
+            daemon=True,
+        )
+        await asyncio.to_thread(self._process.start)
+        child_conn.close()  # only the worker holds its end, so its death reads as end of file here
+        self._conn = parent_conn
+        self._loop = asyncio.get_running_loop()
+        self._pending = self._loop.create_future()
+        self._loop.add_reader(parent_conn.fileno(), self._on_readable)
+        self._reading = True
+        try:
+            status, detail = await asyncio.wait_for(self._pending, self._start_timeout_s)
+        except _WorkerExited:
+            await self.kill()
+            raise RuntimeError(f"{self._name} worker exited during setup") from None
+        except asyncio.TimeoutError:
+            await self.kill()
+            raise RuntimeError(
+                f"{self._name} setup did not finish within {self._start_timeout_s:g} s"
+            ) from None
+        if status != "ready":
+            await self.kill()
+            raise RuntimeError(f"{self._name} setup failed: {detail}")
+
+    async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Send one call to the worker and wait for its result."""
+        if not self.alive or self._conn is None or self._loop is None:
+            raise InstanceCrashed(await self._exit_code())
+        payload = pickle.dumps((method, kwargs, ctx), protocol=pickle.HIGHEST_PROTOCOL)
+        self._pending = self._loop.create_future()
+        try:
+            self._conn.send_bytes(payload)
+            return await self._pending
+        except (_WorkerExited, BrokenPipeError, ConnectionResetError):
+            self._dead = True
+            raise InstanceCrashed(await self._exit_code()) from None
+
+    async def kill(self) -> None:
+        """Kill the worker process and close the pipe."""
+        self._mark_dead()
+        if self._process is not None and self._process.pid is not None:
+            if self._process.exitcode is None:
+                self._process.kill()
+            await asyncio.to_thread(self._process.join, 5.0)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _on_readable(self) -> None:
+        assert self._conn is not None
+        try:
+            message = self._conn.recv()
+        except (EOFError, OSError):
+            self._mark_dead()
+            return
+        if self._pending is not None and not self._pending.done():
+            self._pending.set_result(message)
+
+    def _mark_dead(self) -> None:
+        self._dead = True
+        if self._reading and self._loop is not None and self._conn is not None:
+            self._loop.remove_reader(self._conn.fileno())
+            self._reading = False
+        if self._pending is not None and not self._pending.done():
+            self._pending.set_exception(_WorkerExited())
+
+    async def _exit_code(self) -> int | None:
+        if self._process is None or self._process.pid is None:
+            return None
+        await asyncio.to_thread(self._process.join, 2.0)
+        return self._process.exitcode
+
+
+def _worker_main(
+    conn: multiprocessing.connection.Connection, tool_ref: type[Tool] | str, config: dict
+) -> None:
+    """The worker's loop: build the tool, then answer calls until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle, not each worker's
+    try:
+        tool = resolve_tool_class(tool_ref)(**config)
+        tool.setup()
+    except Exception as exc:
+        conn.send(("failed", sanitize_error_text(f"{type(exc).__name__}: {exc}")))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            method, kwargs, ctx = conn.recv()
+        except EOFError:
+            return
+        result = invoke_tool_method(tool, method, kwargs, ctx)
+        try:
+            payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            payload = pickle.dumps(error_result(TypeError(f"the result of {method} cannot be sent: {exc}")))
+        conn.send_bytes(payload)

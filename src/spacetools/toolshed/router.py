@@ -1,0 +1,213 @@
+"""The router of one tool: a pool of instances, a fair queue of callers, a per-call timeout and statistics.
+
+Every failure becomes an error result: a tool exception (sanitized by the instance), a timeout (the
+instance is killed and replaced, since it may still be busy) or a crash (the instance is replaced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spacetools.tools.definition import ToolContext, ToolResult, error_result
+from spacetools.toolshed.backends.base import Instance, InstanceCrashed
+
+__all__ = ["ToolRouter", "ToolStats"]
+
+_RESTART_ATTEMPTS = 3
+_LATENCY_WINDOW = 10_000
+
+
+@dataclass
+class ToolStats:
+    """Counters and recent latencies of one tool."""
+
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    crashes: int = 0
+    restarts: int = 0
+    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+    waits_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+
+    def record(self, result: ToolResult, latency_s: float, wait_s: float | None = None) -> None:
+        """Count one finished call (`wait_s` is None when the call never reached the queue)."""
+        self.calls += 1
+        self.errors += int(result.is_error)
+        self.latencies_s.append(latency_s)
+        if wait_s is not None:
+            self.waits_s.append(wait_s)
+
+
+def _percentiles_ms(samples: deque[float]) -> dict[str, float | None]:
+    if not samples:
+        return {"p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(np.fromiter(samples, dtype=float), [50, 90, 99]) * 1000.0
+    return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
+
+
+class _Unavailable:
+    """Put in the free queue to turn every waiting and later caller away with `message`."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class ToolRouter:
+    """Dispatches the calls of one tool to a pool of instances."""
+
+    def __init__(
+        self,
+        name: str,
+        make_instance: Callable[[], Instance],
+        instances: int,
+        timeout_s: float,
+        backend: str,
+    ) -> None:
+        self.name = name
+        self.timeout_s = timeout_s
+        self.backend = backend
+        self.stats = ToolStats()
+        self._make_instance = make_instance
+        self._size = instances
+        self._instances: list[Instance] = []
+        self._free: asyncio.Queue[Instance | _Unavailable] = asyncio.Queue()
+        self._waiting = 0
+        self._busy = 0
+        self._replacements: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._unavailable: _Unavailable | None = None
+
+    @property
+    def instances(self) -> list[Instance]:
+        """The current instances (replaced ones drop out)."""
+        return list(self._instances)
+
+    async def start(self) -> None:
+        """Start every instance at once; if one fails, stop them all and raise."""
+        self._instances = [self._make_instance() for _ in range(self._size)]
+        outcomes = await asyncio.gather(
+            *(instance.start() for instance in self._instances), return_exceptions=True
+        )
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failures:
+            await asyncio.gather(*(instance.kill() for instance in self._instances))
+            raise RuntimeError(f"tool {self.name} failed to start: {failures[0]}") from failures[0]
+        for instance in self._instances:
+            self._free.put_nowait(instance)
+        self._started = True
+
+    async def close(self) -> None:
+        """Turn callers away and kill every instance."""
+        self._turn_away(f"the {self.name} tool was shut down")
+        for task in list(self._replacements):
+            task.cancel()
+        await asyncio.gather(*self._replacements, return_exceptions=True)
+        await asyncio.gather(*(instance.kill() for instance in self._instances))
+
+    async def call(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Queue for a free instance, run the call under the timeout, and always return a result."""
+        queued_at = time.perf_counter()
+        self._waiting += 1
+        try:
+            instance = await self._next_instance()
+        finally:
+            self._waiting -= 1
+        started_at = time.perf_counter()
+        if isinstance(instance, _Unavailable):
+            result = ToolResult.error(f"RuntimeError: {instance.message}")
+            self.stats.record(result, started_at - queued_at)
+            return result
+
+        self._busy += 1
+        reusable = False
+        try:
+            result = await asyncio.wait_for(instance.invoke(method, kwargs, ctx), self.timeout_s)
+            reusable = True
+        except asyncio.TimeoutError:
+            self.stats.timeouts += 1
+            result = ToolResult.error(f"TimeoutError: {method} did not finish within {self.timeout_s:g} s")
+        except InstanceCrashed as exc:
+            self.stats.crashes += 1
+            result = ToolResult.error(
+                f"RuntimeError: the {self.name} instance crashed (exit code {exc.exit_code}) and was restarted"
+            )
+        except Exception as exc:  # the backend failed before the tool ran (e.g. an unpicklable argument)
+            result = error_result(exc)
+            reusable = instance.alive
+        finally:
+            self._busy -= 1
+            # A cancelled, timed-out or crashed call may leave the instance busy or dead: replace it.
+            if reusable and instance.alive:
+                self._free.put_nowait(instance)
+            else:
+                self._replace_later(instance)
+        self.stats.record(result, time.perf_counter() - queued_at, started_at - queued_at)
+        return result
+
+    def snapshot(self) -> dict[str, Any]:
+        """Live statistics of this tool."""
+        stats = self.stats
+        return {
+            "backend": self.backend,
+            "instances": self._size,
+            "calls": stats.calls,
+            "errors": stats.errors,
+            "timeouts": stats.timeouts,
+            "crashes": stats.crashes,
+            "restarts": stats.restarts,
+            "latency_ms": _percentiles_ms(stats.latencies_s),
+            "queue_wait_ms": _percentiles_ms(stats.waits_s),
+            "queue_depth": self._waiting,
+            "busy": self._busy,
+            "idle": self._free.qsize() - int(self._unavailable is not None),
+        }
+
+    async def _next_instance(self) -> Instance | _Unavailable:
+        if not self._started:
+            return _Unavailable(f"the {self.name} tool is not started")
+        while True:
+            instance = await self._free.get()
+            if isinstance(instance, _Unavailable):
+                self._free.put_nowait(instance)  # leave it for the next caller too
+                return instance
+            if instance.alive:
+                return instance
+            self.stats.crashes += 1  # died while idle
+            self._replace_later(instance)
+
+    def _replace_later(self, instance: Instance) -> None:
+        task = asyncio.get_running_loop().create_task(self._replace(instance))
+        self._replacements.add(task)
+        task.add_done_callback(self._replacements.discard)
+
+    async def _replace(self, old: Instance) -> None:
+        await old.kill()
+        failure: BaseException | None = None
+        for attempt in range(_RESTART_ATTEMPTS):
+            new = self._make_instance()
+            try:
+                await new.start()
+            except Exception as exc:
+                failure = exc
+                await new.kill()
+                await asyncio.sleep(0.5 * 2**attempt)
+                continue
+            self._instances = [new if instance is old else instance for instance in self._instances]
+            self.stats.restarts += 1
+            self._free.put_nowait(new)
+            return
+        self._instances = [instance for instance in self._instances if instance is not old]
+        if not self._instances:
+            self._turn_away(f"the {self.name} tool is unavailable: {failure}")
+
+    def _turn_away(self, message: str) -> None:
+        if self._unavailable is None:
+            self._unavailable = _Unavailable(message)
+            self._free.put_nowait(self._unavailable)

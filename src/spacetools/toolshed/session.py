@@ -1,0 +1,204 @@
+"""Per-episode session state and the store that bounds its memory and lifetime.
+
+A session holds the conversation's images and the named variables produced by tool calls. Variable
+memory is capped per session (least-recently-used variables are evicted first) and in total (variables
+of the least-recently-used sessions go first); idle sessions expire after a time to live.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spacetools.tools.definition import ToolError
+
+__all__ = [
+    "SessionClosedError",
+    "SessionState",
+    "SessionStore",
+    "UnknownVariableError",
+    "value_nbytes",
+]
+
+
+class UnknownVariableError(ToolError):
+    """A `"$name"` argument names a variable the session does not hold (never made, or evicted)."""
+
+
+class SessionClosedError(ToolError):
+    """The session was released or expired."""
+
+
+def value_nbytes(value: Any) -> int:
+    """Approximate memory held by a variable's value (arrays count their whole base buffer)."""
+    if isinstance(value, np.ndarray):
+        base = value.base if isinstance(value.base, np.ndarray) else None
+        return max(value.nbytes, base.nbytes if base is not None else 0)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    if isinstance(value, str):
+        return len(value.encode("utf-8", errors="replace"))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return sys.getsizeof(value) + sum(value_nbytes(item) for item in value)
+    if isinstance(value, dict):
+        return sys.getsizeof(value) + sum(value_nbytes(k) + value_nbytes(v) for k, v in value.items())
+    return sys.getsizeof(value)
+
+
+@dataclass
+class SessionState:
+    """The data of one session; the `SessionStore` owns its memory accounting."""
+
+    id: str
+    seed: int
+    images: list[np.ndarray]
+    scenes: list[str | None]
+    last_used: float
+    variables: OrderedDict[str, tuple[Any, int]] = field(default_factory=OrderedDict)
+    evicted: set[str] = field(default_factory=set)
+    nbytes: int = 0
+    closed: bool = False
+
+    def variable_names(self) -> list[str]:
+        """Names of the variables held now, oldest use first."""
+        return list(self.variables)
+
+
+class SessionStore:
+    """All open sessions, with per-session and total caps on variable memory and an idle time to live."""
+
+    def __init__(
+        self,
+        max_session_bytes: int,
+        max_total_bytes: int,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_session_bytes <= 0 or max_total_bytes <= 0 or ttl_s <= 0:
+            raise ValueError("memory caps and the session time to live must be positive")
+        self.max_session_bytes = max_session_bytes
+        self.max_total_bytes = max_total_bytes
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._sessions: OrderedDict[str, SessionState] = OrderedDict()  # least recently used first
+        self._total_bytes = 0
+        self.expired = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes held by the variables of all open sessions."""
+        return self._total_bytes
+
+    def create(self, images: list[np.ndarray], scenes: list[str | None], seed: int) -> SessionState:
+        """Open a session."""
+        self.sweep()
+        state = SessionState(uuid.uuid4().hex, seed, list(images), list(scenes), self._clock())
+        self._sessions[state.id] = state
+        return state
+
+    def get(self, session_id: str) -> SessionState:
+        """The open session with this id, marked as just used; `SessionClosedError` if there is none."""
+        self.sweep()
+        state = self._sessions.get(session_id)
+        if state is None:
+            raise SessionClosedError(f"session {session_id} is closed or expired; open a new one")
+        state.last_used = self._clock()
+        self._sessions.move_to_end(session_id)
+        return state
+
+    def release(self, session_id: str) -> None:
+        """Close a session and free its variables (a no-op when it is already gone)."""
+        state = self._sessions.pop(session_id, None)
+        if state is not None:
+            self._drop(state)
+
+    def release_all(self) -> None:
+        """Close every session."""
+        for session_id in list(self._sessions):
+            self.release(session_id)
+
+    def sweep(self) -> None:
+        """Expire sessions idle for longer than the time to live."""
+        deadline = self._clock() - self.ttl_s
+        while self._sessions:
+            state = next(iter(self._sessions.values()))
+            if state.last_used > deadline:
+                break
+            self._sessions.popitem(last=False)
+            self._drop(state)
+            self.expired += 1
+
+    def lookup(self, state: SessionState, name: str) -> Any:
+        """The value of variable `name`, with a message the model can act on when it is not held."""
+        entry = state.variables.get(name)
+        if entry is not None:
+            state.variables.move_to_end(name)
+            return entry[0]
+        if name in state.evicted:
+            raise UnknownVariableError(
+                f"variable ${name} was evicted to stay within the memory limit; "
+                "call the tool that produced it again"
+            )
+        names = ", ".join(f"${known}" for known in state.variables)
+        available = f"Available variables: {names}" if names else "No variables are stored yet."
+        raise UnknownVariableError(f"unknown variable ${name}. {available}")
+
+    def store(self, state: SessionState, variables: Mapping[str, Any]) -> list[str]:
+        """Store a result's variables (a later value replaces an earlier one); returns names not kept."""
+        if state.closed:
+            return list(variables)
+        for name, value in variables.items():
+            self._remove_variable(state, name)
+            size = value_nbytes(value)
+            if size > self.max_session_bytes or size > self.max_total_bytes:
+                state.evicted.add(name)
+                continue
+            state.variables[name] = (value, size)
+            state.evicted.discard(name)
+            state.nbytes += size
+            self._total_bytes += size
+        self._enforce_session_cap(state)
+        self._enforce_total_cap()
+        return [name for name in variables if name not in state.variables]
+
+    def _enforce_session_cap(self, state: SessionState) -> None:
+        while state.nbytes > self.max_session_bytes:
+            self._evict_oldest(state)
+
+    def _enforce_total_cap(self) -> None:
+        for state in list(self._sessions.values()):  # least recently used sessions first
+            while self._total_bytes > self.max_total_bytes and state.variables:
+                self._evict_oldest(state)
+            if self._total_bytes <= self.max_total_bytes:
+                return
+
+    def _evict_oldest(self, state: SessionState) -> None:
+        name = next(iter(state.variables))
+        self._remove_variable(state, name)
+        state.evicted.add(name)
+        self.evictions += 1
+
+    def _remove_variable(self, state: SessionState, name: str) -> None:
+        entry = state.variables.pop(name, None)
+        if entry is not None:
+            state.nbytes -= entry[1]
+            self._total_bytes -= entry[1]
+
+    def _drop(self, state: SessionState) -> None:
+        self._total_bytes -= state.nbytes
+        state.variables.clear()
+        state.evicted.clear()
+        state.images.clear()
+        state.nbytes = 0
+        state.closed = True

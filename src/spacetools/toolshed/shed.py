@@ -1,0 +1,297 @@
+"""The `Toolshed` facade and the `Session` call API.
+
+A call goes: parse the arguments, find the tool method, resolve `"$name"` references against the
+session's variables, validate, seed a per-call random generator, dispatch through the tool's router,
+and store the result's variables in the session. Every failure on that path is an error result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import hashlib
+import importlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType, TracebackType
+from typing import Any
+
+import numpy as np
+
+from spacetools.tools.definition import ToolContext, ToolError, ToolMethod, ToolResult, ToolSpec, tool_methods
+from spacetools.toolshed.backends import BACKENDS
+from spacetools.toolshed.deployment import ToolDeployment
+from spacetools.toolshed.router import ToolRouter
+from spacetools.toolshed.session import SessionClosedError, SessionState, SessionStore
+from spacetools.toolshed.variables import resolve_references
+
+__all__ = ["PROFILES", "Session", "Toolshed"]
+
+PROFILES = ("exact", "realistic", "harsh")
+Arguments = Mapping[str, Any] | str | None
+
+
+class Session:
+    """One episode's view of the Toolshed: its images, its variables and the calls it makes."""
+
+    def __init__(self, shed: Toolshed, state: SessionState) -> None:
+        self._shed = shed
+        self._state = state
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return self._state.id
+
+    @property
+    def seed(self) -> int:
+        """The session seed (part of every call's random seed)."""
+        return self._state.seed
+
+    @property
+    def images(self) -> list[np.ndarray]:
+        """The conversation's images, addressed by `image_index`."""
+        return self._state.images
+
+    @property
+    def scenes(self) -> list[str | None]:
+        """The scene spec JSON attached to each image, or None."""
+        return self._state.scenes
+
+    @property
+    def variables(self) -> Mapping[str, Any]:
+        """The variables held now, by name (a read-only view)."""
+        return MappingProxyType({name: entry[0] for name, entry in self._state.variables.items()})
+
+    @property
+    def closed(self) -> bool:
+        """True once the session was released or expired."""
+        return self._state.closed
+
+    def add_image(self, image: np.ndarray, scene: str | None = None) -> int:
+        """Append an image to the conversation; returns its `image_index`."""
+        _check_image(image, len(self._state.images))
+        self._state.images.append(image)
+        self._state.scenes.append(scene)
+        return len(self._state.images) - 1
+
+    def set_variable(self, name: str, value: Any) -> bool:
+        """Store a variable as a tool would; False when it exceeds the memory limit and was not kept."""
+        return not self._shed._store.store(self._state, {name: value})
+
+    async def call(self, name: str, arguments: Arguments = None) -> ToolResult:
+        """Call a tool method; failures come back as error results, never as exceptions."""
+        return await self._shed._call(self._state, name, arguments)
+
+    async def call_many(self, calls: Sequence[tuple[str, Arguments]]) -> list[ToolResult]:
+        """Run the calls of one turn in parallel; results in call order."""
+        return list(await asyncio.gather(*(self.call(name, arguments) for name, arguments in calls)))
+
+    def close(self) -> None:
+        """Release the session and its variables."""
+        self._shed._store.release(self._state.id)
+
+
+class Toolshed:
+    """Serves a set of tools to many sessions at once."""
+
+    def __init__(
+        self,
+        deployments: Sequence[ToolDeployment] | str,
+        *,
+        profile: str = "exact",
+        seed: int = 0,
+        max_session_bytes: int = 512 * 2**20,
+        max_total_bytes: int = 4 * 2**30,
+        session_ttl_s: float = 3600.0,
+    ) -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
+        if isinstance(deployments, str):
+            deployments = _toolset(deployments)
+        if not deployments:
+            raise ValueError("a Toolshed needs at least one tool deployment")
+        self.profile = profile
+        self.seed = seed
+        self._store = SessionStore(max_session_bytes, max_total_bytes, session_ttl_s)
+        self._routers: dict[str, ToolRouter] = {}
+        self._methods: dict[str, tuple[ToolRouter, ToolMethod]] = {}
+        self._unknown_calls = 0
+        self._started = False
+        for deployment in deployments:
+            self._add(deployment)
+
+    def _add(self, deployment: ToolDeployment) -> None:
+        tool_class = deployment.tool_class()
+        if tool_class.name in self._routers:
+            raise ValueError(f"tool {tool_class.name!r} is deployed twice")
+        make = BACKENDS[deployment.backend]
+
+        def make_instance() -> Any:
+            return make(deployment.tool, deployment.config, tool_class.name)
+
+        router = ToolRouter(
+            tool_class.name, make_instance, deployment.instances, deployment.timeout_s, deployment.backend
+        )
+        self._routers[tool_class.name] = router
+        for method in tool_methods(tool_class).values():
+            self._methods[method.name] = (router, method)
+
+    async def start(self) -> None:
+        """Start every tool's instances (in parallel); on failure, stop what started and raise."""
+        outcomes = await asyncio.gather(*(r.start() for r in self._routers.values()), return_exceptions=True)
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failures:
+            await self.close()
+            raise failures[0]
+        self._started = True
+
+    async def close(self) -> None:
+        """Stop every instance and release every session."""
+        self._started = False
+        await asyncio.gather(*(router.close() for router in self._routers.values()))
+        self._store.release_all()
+
+    async def __aenter__(self) -> Toolshed:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def specs(self) -> list[ToolSpec]:
+        """The specs of every tool method served, in deployment order."""
+        return [method.spec for _router, method in self._methods.values()]
+
+    def router(self, tool_name: str) -> ToolRouter:
+        """The router of one tool (its instances and statistics)."""
+        return self._routers[tool_name]
+
+    def open_session(
+        self,
+        images: Sequence[np.ndarray],
+        scenes: Sequence[str | None] | None = None,
+        seed: int | None = None,
+    ) -> Session:
+        """Open a session for one episode; `seed` (default 0) enters every call's random seed."""
+        images = list(images)
+        for index, image in enumerate(images):
+            _check_image(image, index)
+        scenes = list(scenes) if scenes is not None else [None] * len(images)
+        if len(scenes) != len(images):
+            raise ValueError(f"got {len(images)} images but {len(scenes)} scenes")
+        return Session(self, self._store.create(images, scenes, 0 if seed is None else seed))
+
+    def session(self, session_id: str) -> Session:
+        """An open session by id; `KeyError` when it is closed or expired."""
+        try:
+            return Session(self, self._store.get(session_id))
+        except SessionClosedError as exc:
+            raise KeyError(str(exc)) from None
+
+    def stats(self) -> dict[str, Any]:
+        """Live statistics: per tool, plus sessions and variable memory."""
+        return {
+            "tools": {name: router.snapshot() for name, router in self._routers.items()},
+            "sessions": {
+                "open": len(self._store),
+                "expired": self._store.expired,
+                "variable_bytes": self._store.total_bytes,
+                "evictions": self._store.evictions,
+            },
+            "unknown_tool_calls": self._unknown_calls,
+        }
+
+    async def _call(self, state: SessionState, name: str, arguments: Arguments) -> ToolResult:
+        if not self._started:
+            raise RuntimeError(
+                "the Toolshed is not started: use `async with Toolshed(...)` or `await start()`"
+            )
+        started_at = time.perf_counter()
+        entry = self._methods.get(name)
+        if entry is None:
+            self._unknown_calls += 1
+            return ToolResult.error(self._unknown_tool_message(name))
+        router, method = entry
+        try:
+            state = self._store.get(state.id)
+            raw = _parse_arguments(name, arguments)
+            resolved = resolve_references(raw, lambda variable: self._store.lookup(state, variable))
+            kwargs = method.validate(resolved)
+        except ToolError as exc:
+            result = ToolResult.error(str(exc))
+            router.stats.record(result, time.perf_counter() - started_at)
+            return result
+        ctx = ToolContext(
+            session_id=state.id,
+            images=list(state.images),
+            scenes=list(state.scenes),
+            rng=np.random.default_rng(_call_seed(self.seed, state.seed, name, raw)),
+            profile=self.profile,
+        )
+        result = await router.call(name, kwargs, ctx)
+        if result.variables:
+            dropped = self._store.store(state, result.variables)
+            if dropped:
+                names = ", ".join(f"${variable}" for variable in dropped)
+                result.text += f"\n(Note: {names} could not be kept within the session memory limit.)"
+        return result
+
+    def _unknown_tool_message(self, name: str) -> str:
+        known = list(self._methods)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
+
+
+def _parse_arguments(name: str, arguments: Arguments) -> dict[str, Any]:
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"the arguments for {name} are not valid JSON: {exc}") from None
+    if not isinstance(arguments, Mapping):
+        raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
+    return dict(arguments)
+
+
+def _call_seed(shed_seed: int, session_seed: int, name: str, raw_arguments: dict[str, Any]) -> int:
+    """A stable seed from the call's identity, so results do not depend on scheduling or process."""
+    canonical = json.dumps(
+        [shed_seed, session_seed, name, raw_arguments], sort_keys=True, separators=(",", ":"), default=_digest
+    )
+    return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:8], "little")
+
+
+def _digest(value: Any) -> str:
+    """Canonical text for values JSON cannot write (arrays passed by value from Python)."""
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return f"ndarray:{data.dtype}:{data.shape}:{hashlib.sha256(data.tobytes()).hexdigest()}"
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    return repr(value)
+
+
+def _check_image(image: Any, index: int) -> None:
+    if not (
+        isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8
+    ):
+        got = f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
+        raise ValueError(f"image {index} must be a uint8 RGB array of shape (H, W, 3), got {got}")
+
+
+def _toolset(name: str) -> list[ToolDeployment]:
+    # Imported lazily: the tool sets live above this module's dependencies and load tool classes.
+    try:
+        toolsets = importlib.import_module("spacetools.tools.toolsets").TOOLSETS
+    except ImportError as exc:
+        raise ValueError(f"cannot load tool sets (spacetools.tools.toolsets): {exc}") from exc
+    if name not in toolsets:
+        raise ValueError(f"unknown tool set {name!r}; available: {', '.join(sorted(toolsets)) or 'none'}")
+    return list(toolsets[name])

@@ -1,0 +1,210 @@
+"""The tool definition: schemas from hints and docstrings, validation, results and error sanitizing."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Literal
+
+import numpy as np
+import pytest
+
+from spacetools.tools.definition import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    Variable,
+    hermes_tools_block,
+    invoke_tool_method,
+    sanitize_error_text,
+    tool_method,
+    tool_methods,
+    tool_specs,
+)
+
+
+class PointTool(Tool):
+    name = "sam2"
+
+    @tool_method
+    def segment_from_point(
+        self,
+        x: float,
+        y: float,
+        image_index: int = 0,
+        mode: Literal["fast", "fine"] = "fast",
+        points: list[tuple[float, float]] | None = None,
+        *,
+        ctx: ToolContext,
+    ) -> ToolResult:
+        """Segment the object at a point.
+
+        The mask is stored as $segmentation_mask.
+
+        Args:
+            x: Normalized x coordinate.
+            y: Normalized y coordinate.
+            image_index: Index of the image in the conversation.
+            mode: Speed or quality.
+            points: Extra prompt points.
+        """
+        height, width = ctx.image(image_index).shape[:2]
+        return ToolResult(text=f"{x} {y} {mode} {points} {width}x{height}")
+
+    @tool_method
+    def compute_bbox(self, point_cloud: np.ndarray, focal_length_px: Variable[float]) -> str:
+        """Fit a box to a point cloud.
+
+        Args:
+            point_cloud: The points, Nx3.
+            focal_length_px: Focal length in pixels.
+        """
+        return f"{point_cloud.shape} {focal_length_px}"
+
+    def helper(self) -> None:
+        """Not a tool method."""
+
+
+def _ctx(images: int = 1, scenes: list[str | None] | None = None) -> ToolContext:
+    frames = [np.zeros((4, 6, 3), np.uint8) for _ in range(images)]
+    return ToolContext(
+        "s", frames, scenes if scenes is not None else [None] * images, np.random.default_rng(0)
+    )
+
+
+def test_schema_from_hints_and_docstring() -> None:
+    spec = {s.name: s for s in tool_specs(PointTool)}["sam2.segment_from_point"]
+    assert spec.description == "Segment the object at a point.\n\nThe mask is stored as $segmentation_mask."
+    props = spec.parameters["properties"]
+    assert props["x"] == {"type": "number", "description": "Normalized x coordinate."}
+    assert props["image_index"]["type"] == "integer"
+    assert props["mode"] == {"type": "string", "enum": ["fast", "fine"], "description": "Speed or quality."}
+    assert props["points"]["type"] == "array"
+    assert props["points"]["items"]["prefixItems"] == [{"type": "number"}, {"type": "number"}]
+    assert "ctx" not in props
+    assert spec.parameters["required"] == ["x", "y"]
+
+
+def test_array_and_variable_parameters_are_references() -> None:
+    spec = {s.name: s for s in tool_specs(PointTool)}["sam2.compute_bbox"]
+    props = spec.parameters["properties"]
+    assert props["point_cloud"]["type"] == "string"
+    assert '"$name"' in props["point_cloud"]["description"]
+    assert props["focal_length_px"]["anyOf"] == [{"type": "number"}, {"type": "string"}]
+
+
+def test_openai_and_hermes_formats() -> None:
+    specs = tool_specs(PointTool)
+    block = hermes_tools_block(specs)
+    lines = block.split("\n")
+    assert lines[0] == "<tools>" and lines[-1] == "</tools>" and len(lines) == 2 + len(specs)
+    for line, spec in zip(lines[1:-1], specs, strict=True):
+        parsed = json.loads(line)
+        assert parsed == spec.to_openai()
+        assert parsed["type"] == "function"
+        assert set(parsed["function"]) == {"name", "description", "parameters"}
+
+
+def test_validation_accepts_ints_for_floats_and_lists_for_tuples() -> None:
+    method = tool_methods(PointTool)["sam2.segment_from_point"]
+    kwargs = method.validate({"x": 1, "y": 0.5, "points": [[0.1, 0.2]]})
+    assert kwargs == {"x": 1.0, "y": 0.5, "image_index": 0, "mode": "fast", "points": [(0.1, 0.2)]}
+    assert isinstance(kwargs["x"], float)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"x": "left", "y": 0.5}, "x: Input should be a valid number (got 'left')"),
+        ({"x": 0.5}, "y: missing required argument"),
+        ({"x": 0.5, "y": 0.5, "z": 1}, "z: unexpected argument (expected: x, y, image_index, mode, points)"),
+        ({"x": 0.5, "y": 0.5, "mode": "slow"}, "mode: Input should be 'fast' or 'fine'"),
+        ({"x": 0.5, "y": 0.5, "image_index": 1.5}, "image_index: Input should be a valid integer"),
+    ],
+)
+def test_validation_errors_name_tool_argument_and_expectation(arguments: dict, expected: str) -> None:
+    method = tool_methods(PointTool)["sam2.segment_from_point"]
+    with pytest.raises(ToolError) as info:
+        method.validate(arguments)
+    assert str(info.value).startswith("invalid arguments for sam2.segment_from_point: ")
+    assert expected in str(info.value)
+
+
+def test_array_parameter_takes_arrays_or_numeric_lists_but_not_plain_strings() -> None:
+    method = tool_methods(PointTool)["sam2.compute_bbox"]
+    kwargs = method.validate({"point_cloud": [[0, 0, 1], [1, 1, 2]], "focal_length_px": 500})
+    assert kwargs["point_cloud"].shape == (2, 3)
+    with pytest.raises(ToolError, match=r'point_cloud: .*"\$name" reference'):
+        method.validate({"point_cloud": "point_cloud", "focal_length_px": 500.0})
+    with pytest.raises(ToolError, match=r"point_cloud: .*ragged"):
+        method.validate({"point_cloud": [[0, 0, 1], [1]], "focal_length_px": 500.0})
+
+
+def test_invoke_injects_context_and_wraps_string_results() -> None:
+    tool = PointTool()
+    result = invoke_tool_method(tool, "sam2.segment_from_point", {"x": 0.5, "y": 0.25}, _ctx())
+    assert result == ToolResult(text="0.5 0.25 fast None 6x4")
+    cloud = np.zeros((7, 3))
+    assert invoke_tool_method(
+        tool, "sam2.compute_bbox", {"point_cloud": cloud, "focal_length_px": 2.0}, _ctx()
+    ).text == ("(7, 3) 2.0")
+
+
+def test_tool_errors_become_error_results() -> None:
+    result = invoke_tool_method(
+        PointTool(), "sam2.segment_from_point", {"x": 0.5, "y": 0.5, "image_index": 3}, _ctx(2)
+    )
+    assert result.is_error
+    assert result.text == (
+        "Error: image_index 3 is out of range: the conversation has 2 image(s) (valid indices: 0..1)"
+    )
+
+
+def test_scene_spec_requires_a_simulated_scene() -> None:
+    ctx = _ctx(2, scenes=['{"seed": 1}', None])
+    assert ctx.scene_spec(0) == '{"seed": 1}'
+    with pytest.raises(ToolError, match="image_index 1 has no simulated scene"):
+        ctx.scene_spec(1)
+
+
+def test_sanitize_strips_tracebacks_paths_and_caps_length() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/project/tool.py", line 3, in run\n'
+        "ValueError: cannot open /data/models/weights.bin"
+    )
+    assert sanitize_error_text(text) == "ValueError: cannot open weights.bin"
+    assert len(sanitize_error_text("x" * 2000)) == 500
+
+
+class Undocumented(Tool):
+    name = "bad"
+
+    @tool_method
+    def run(self, x: int) -> str:
+        """Run."""
+        return str(x)
+
+
+class Unnamed(Tool):
+    @tool_method
+    def run(self) -> str:
+        """Run."""
+        return ""
+
+
+def test_definition_mistakes_are_reported_with_the_method_named() -> None:
+    with pytest.raises(TypeError, match=r"bad\.run: argument x is not described"):
+        tool_specs(Undocumented)
+    with pytest.raises(TypeError, match="Unnamed must set `name`"):
+        tool_specs(Unnamed)
+
+
+def test_context_pickles_with_its_random_stream_intact() -> None:
+    ctx = _ctx(scenes=['{"seed": 1}'])
+    ctx.rng.random()  # an advanced stream must continue where it was, not restart
+    copy = pickle.loads(pickle.dumps(ctx))
+    assert copy.rng.random() == ctx.rng.random()
+    assert copy.session_id == ctx.session_id and copy.scene_spec(0) == '{"seed": 1}'
+    assert np.array_equal(copy.image(0), ctx.image(0))
