@@ -1,0 +1,77 @@
+"""The JSON-serialisable description of a tabletop scene: enough to rebuild it exactly, without physics."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from spacetools.sim.camera import Camera
+
+Vec3 = tuple[float, float, float]
+Quat = tuple[float, float, float, float]
+Rgba = tuple[float, float, float, float]
+
+ShapeKind = Literal["box", "cylinder", "sphere", "asset"]
+
+
+class ObjectSpec(BaseModel):
+    """One object on the table, with its referring-expression metadata and its settled pose.
+
+    `position`/`orientation` (xyzw) are the pose of the object's frame in the world. `half_extents` and
+    `box_offset` describe its bounding box in that frame (the box centre is `box_offset`), from which the
+    oriented 3D box follows. Procedural shapes read their size from `half_extents`: a box uses all three,
+    a cylinder has radius `half_extents[0]` and height `2 * half_extents[2]`, a sphere radius
+    `half_extents[0]`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int = Field(ge=0)
+    name: str = Field(min_length=1, description='human name, e.g. "red mug" or "small blue box"')
+    category: str = Field(min_length=1, description='e.g. "mug", "box"')
+    color: str | None = Field(default=None, description='colour word used in the name, e.g. "red"')
+    size_label: Literal["small", "large"] | None = None
+    shape: ShapeKind
+    asset: str | None = Field(default=None, description="URDF path relative to pybullet_data")
+    scale: float = Field(default=1.0, gt=0)
+    rgba: Rgba | None = Field(default=None, description="colour override; None keeps the asset's own")
+    position: Vec3
+    orientation: Quat
+    half_extents: Vec3
+    box_offset: Vec3 = (0.0, 0.0, 0.0)
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> ObjectSpec:
+        if (self.shape == "asset") != (self.asset is not None):
+            raise ValueError("an object has an `asset` exactly when its shape is 'asset'")
+        if any(h <= 0 for h in self.half_extents):
+            raise ValueError(f"half_extents must be positive, got {self.half_extents}")
+        return self
+
+
+class SceneSpec(BaseModel):
+    """A whole scene: seed, objects (indices 0..n-1 in order), camera and whether the robot is present."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seed: int
+    objects: list[ObjectSpec]
+    camera: dict[str, Any]
+    with_robot: bool = False
+
+    @model_validator(mode="after")
+    def _check_objects(self) -> SceneSpec:
+        indices = [obj.index for obj in self.objects]
+        if indices != list(range(len(indices))):
+            raise ValueError(f"object indices must be 0..n-1 in order, got {indices}")
+        Camera.from_dict(self.camera)  # fails early with a clear message on a malformed camera
+        return self
+
+    def get_camera(self) -> Camera:
+        """The scene's default camera."""
+        return Camera.from_dict(self.camera)
+
+    def object_named(self, name: str) -> list[ObjectSpec]:
+        """All objects whose name is exactly `name` (more than one when deliberately ambiguous)."""
+        return [obj for obj in self.objects if obj.name == name]
