@@ -1,5 +1,185 @@
-"""`spacetools tools`: to be filled in."""
+"""`spacetools tools`: list a tool set, print its schemas, and run tool calls on a simulated scene."""
 
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
+from spacetools.tools.realism import PROFILE_NAMES
+from spacetools.tools.toolsets import TOOLSET_NAMES, get_toolset
+from spacetools.toolshed.deployment import ToolDeployment
 
 app = typer.Typer(no_args_is_help=True)
+console = Console()
+
+SCHEMA_FORMATS = ("openai", "hermes")
+
+
+def _deployments(toolset: str) -> list[ToolDeployment]:
+    try:
+        return get_toolset(toolset)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--toolset") from error
+
+
+def _specs(deployments: list[ToolDeployment]) -> list[ToolSpec]:
+    return [spec for deployment in deployments for spec in tool_specs(deployment.tool_class())]
+
+
+@app.command("list")
+def list_tools(
+    toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
+) -> None:
+    """List the tool methods of a tool set with their arguments and how they are served."""
+    deployments = _deployments(toolset)
+    table = Table(title=f"Tool set {toolset}")
+    table.add_column("tool", no_wrap=True)
+    for column in ("arguments", "backend", "instances", "description"):
+        table.add_column(column)
+    for deployment in deployments:
+        for spec in tool_specs(deployment.tool_class()):
+            arguments = ", ".join(spec.parameters["properties"])
+            summary = spec.description.splitlines()[0]
+            table.add_row(spec.name, arguments, deployment.backend, str(deployment.instances), summary)
+    console.print(table)
+
+
+@app.command("schemas")
+def schemas(
+    toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
+    output_format: str = typer.Option(
+        "openai",
+        "--format",
+        help="openai: a JSON array of function schemas; hermes: the <tools> prompt block.",
+    ),
+) -> None:
+    """Print the model-facing schemas of a tool set."""
+    if output_format not in SCHEMA_FORMATS:
+        raise typer.BadParameter(
+            f"unknown format {output_format!r}; choose one of: {', '.join(SCHEMA_FORMATS)}",
+            param_hint="--format",
+        )
+    specs = _specs(_deployments(toolset))
+    if output_format == "openai":
+        typer.echo(json.dumps([spec.to_openai() for spec in specs], indent=2, ensure_ascii=False))
+    else:
+        typer.echo(hermes_tools_block(specs))
+
+
+def _read_calls(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The ``[{"name", "arguments"}, …]`` list of a calls file, validated."""
+    if not path.is_file():
+        raise typer.BadParameter(f"no such file: {path}", param_hint="--calls")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise typer.BadParameter(f"{path} is not valid JSON: {error}", param_hint="--calls") from error
+    if not isinstance(data, list):
+        raise typer.BadParameter(
+            f'{path} must hold a JSON list of {{"name", "arguments"}}', param_hint="--calls"
+        )
+    calls = []
+    for position, call in enumerate(data):
+        if not (isinstance(call, dict) and isinstance(call.get("name"), str)):
+            raise typer.BadParameter(f'call {position} needs a string "name"', param_hint="--calls")
+        arguments = call.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise typer.BadParameter(
+                f'call {position}: "arguments" must be a JSON object', param_hint="--calls"
+            )
+        calls.append((call["name"], arguments))
+    return calls
+
+
+def _load_scene(scene: str) -> tuple[np.ndarray, str]:
+    """The rendered image and scene spec JSON of a scene directory or an integer seed."""
+    from spacetools.sim.world import build_scene, load_scene
+
+    try:
+        if scene.lstrip("-").isdigit():
+            world = build_scene(int(scene))
+        elif Path(scene).is_dir():
+            world = load_scene(scene)
+        else:
+            raise typer.BadParameter(
+                f"{scene!r} is neither a scene directory nor an integer seed", param_hint="--scene"
+            )
+    except (FileNotFoundError, ValueError) as error:
+        raise typer.BadParameter(str(error), param_hint="--scene") from error
+    with world:
+        return world.render().rgb, world.spec.model_dump_json()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[int]:
+    """Send everything written to fd 1 (pybullet's C banner, worker processes) to stderr; yield the real
+    stdout fd so the JSON result stays the only thing on stdout."""
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield real_stdout
+    finally:
+        sys.stdout.flush()
+        os.dup2(real_stdout, 1)
+        os.close(real_stdout)
+
+
+async def _run_calls(
+    deployments: list[ToolDeployment],
+    image: np.ndarray,
+    spec_json: str,
+    calls: list[tuple[str, dict[str, Any]]],
+    profile: str,
+    seed: int,
+) -> list[dict[str, Any]]:
+    from spacetools.toolshed import Toolshed
+
+    async with Toolshed(deployments, profile=profile, seed=seed) as shed:
+        session = shed.open_session([image], [spec_json])
+        results = []
+        for name, arguments in calls:
+            result = await session.call(name, arguments)
+            results.append(
+                {
+                    "name": name,
+                    "text": result.text,
+                    "is_error": result.is_error,
+                    "variables": sorted(result.variables),
+                }
+            )
+        session.close()
+    return results
+
+
+@app.command("run")
+def run(
+    scene: str = typer.Option(..., "--scene", help="A scene directory (from scene.save) or an integer seed."),
+    calls: Path = typer.Option(..., "--calls", help='JSON list of {"name": …, "arguments": {…}}.'),
+    profile: str = typer.Option("exact", "--profile", help=f"Realism profile: {', '.join(PROFILE_NAMES)}."),
+    toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
+    seed: int = typer.Option(0, "--seed", help="Toolshed seed (the same seed gives the same results)."),
+) -> None:
+    """Run tool calls in order in one session on a simulated scene; print the results as JSON."""
+    if profile not in PROFILE_NAMES:
+        raise typer.BadParameter(
+            f"unknown profile {profile!r}; choose one of: {', '.join(PROFILE_NAMES)}", param_hint="--profile"
+        )
+    deployments = _deployments(toolset)
+    call_list = _read_calls(calls)
+    with _stdout_to_stderr() as stdout_fd:
+        image, spec_json = _load_scene(scene)
+        results = asyncio.run(_run_calls(deployments, image, spec_json, call_list, profile, seed))
+        os.write(stdout_fd, (json.dumps(results, indent=2, ensure_ascii=False) + "\n").encode())

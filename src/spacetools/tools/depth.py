@@ -1,0 +1,84 @@
+"""`depth_estimator`: metric depth, a per-pixel point cloud and the focal length, from the simulator.
+
+Stands in for a monocular depth model (Depth Pro in the paper): the rendered depth and the camera's
+focal length, perturbed by the realism profile. The point cloud has one point per pixel (``H*W``
+rows, row-major, camera frame) so a segmentation mask indexes it directly.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from spacetools.tools.definition import ToolContext, ToolResult, tool_method
+from spacetools.tools.overlays import colorize_depth
+from spacetools.tools.projection import depth_to_point_cloud
+from spacetools.tools.realism import maybe_fail, perturb_depth, perturb_focal_length
+from spacetools.tools.simworld import SimulatedTool
+
+
+class DepthEstimatorTool(SimulatedTool):
+    """Monocular metric depth estimation (simulated)."""
+
+    name: ClassVar[str] = "depth_estimator"
+
+    def _estimate(self, ctx: ToolContext, image_index: int) -> tuple[np.ndarray, float]:
+        """The (perturbed) depth map and focal length of an image."""
+        observation = self.observe(ctx, image_index)
+        profile = self.profile(ctx)
+        maybe_fail(profile, ctx.rng, "depth model")
+        depth = perturb_depth(observation.view.depth, profile, ctx.rng)
+        focal = perturb_focal_length(float(observation.view.camera.fx), profile, ctx.rng)
+        return depth, focal
+
+    @tool_method
+    def estimate_depth(self, image_index: int, *, ctx: ToolContext) -> ToolResult:
+        """Estimate a metric depth map of an image.
+
+        Text output: image size, focal length and depth statistics. Stored variables: $depth_map
+        (HxW array, metres) and $focal_length_px (float).
+
+        Args:
+            image_index: Index of the image to analyse (0 for the first image).
+        """
+        depth, focal = self._estimate(ctx, image_index)
+        height, width = depth.shape
+        text = (
+            f"Estimated depth map for {width}x{height} image. Focal length: {focal:.1f}px. "
+            f"Depth range: {depth.min():.2f}m to {depth.max():.2f}m (mean: {depth.mean():.2f}m). "
+            f"Use $depth_map (numpy array, {height}x{width}) to reference the depth data and "
+            f"$focal_length_px (float) to reference the focal length."
+        )
+        return ToolResult(
+            text=text,
+            images=[colorize_depth(depth)],
+            variables={"depth_map": depth, "focal_length_px": focal},
+        )
+
+    @tool_method
+    def estimate_depth_with_pointcloud(self, image_index: int, *, ctx: ToolContext) -> ToolResult:
+        """Estimate a metric depth map and a 3D point cloud (camera frame) of an image.
+
+        Text output: image size, number of points and their depth range. Stored variables: $depth_map
+        (HxW array, metres), $point_cloud (Nx3 array, one point per pixel in row-major order, OpenCV
+        camera frame) and $focal_length_px (float).
+
+        Args:
+            image_index: Index of the image to analyse (0 for the first image).
+        """
+        depth, focal = self._estimate(ctx, image_index)
+        height, width = depth.shape
+        cloud = depth_to_point_cloud(depth, focal)
+        z = cloud[:, 2]
+        text = (
+            f"Generated {width}x{height} depth map and {len(cloud):,} 3D points. "
+            f"Depth range in point cloud: {z.min():.2f}m to {z.max():.2f}m (mean: {z.mean():.2f}m). "
+            f"Use $depth_map (numpy array, {height}x{width}), $point_cloud (numpy array, {len(cloud)}x3) "
+            f"and $focal_length_px (float) to reference the results."
+        )
+        return ToolResult(
+            text=text,
+            images=[colorize_depth(depth)],
+            variables={"depth_map": depth, "point_cloud": cloud, "focal_length_px": focal},
+        )

@@ -1,0 +1,133 @@
+"""Pointing tools: `roborefer` (spatial referring) and `vlm` (a generic pointing VLM), simulated.
+
+Both resolve the expression against the scene behind the image (`referring`) and answer with points
+inside the target, as normalized (x, y). RoboRefer understands relations and free space ("the mug
+left of the tray", "vacant space in front of the box"); the generic VLM (Molmo in the paper) only
+matches object words, ignoring relations. The realism profile adds jitter, misses on ambiguous
+expressions, guesses on unknown names and failed calls.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+import numpy as np
+
+from spacetools.tools.definition import ToolContext, ToolResult, tool_method
+from spacetools.tools.overlays import draw_points
+from spacetools.tools.realism import Profile, maybe_fail, perturb_point
+from spacetools.tools.referring import (
+    best_partial_match,
+    interior_point,
+    parse_expression,
+    resolve,
+    spread_points,
+)
+from spacetools.tools.simworld import Observation, SimulatedTool
+
+MAX_FREE_SPACE_POINTS = 5
+"""`detect_all` on free space returns up to this many points spread over the region."""
+
+
+def detection_variable(obj_name: str, all_instances: bool) -> str:
+    """``<obj_name>_detection`` / ``_detections`` with spaces (and other non-word characters) as ``_``."""
+    stem = re.sub(r"\W+", "_", obj_name.strip()).strip("_") or "object"
+    return f"{stem}_detections" if all_instances else f"{stem}_detection"
+
+
+def format_points(points: np.ndarray) -> str:
+    """``[(0.381, 0.428), …]`` with 3 decimals."""
+    return "[" + ", ".join(f"({x:.3f}, {y:.3f})" for x, y in points) + "]"
+
+
+def point_at(
+    observation: Observation,
+    obj_name: str,
+    all_instances: bool,
+    profile: Profile,
+    rng: np.random.Generator,
+    use_relations: bool = True,
+) -> np.ndarray:
+    """The normalized points ``(N, 2)`` a pointing model answers for ``obj_name`` (N may be 0)."""
+    resolution = resolve(observation, parse_expression(obj_name), use_relations)
+    if resolution.region is not None:
+        if not resolution.region.any():
+            return np.zeros((0, 2))
+        points = spread_points(resolution.region, MAX_FREE_SPACE_POINTS if all_instances else 1)
+    else:
+        objects = list(resolution.objects)
+        if not resolution.matched:
+            guesses = best_partial_match(observation, parse_expression(obj_name).target)
+            guessing = bool(guesses) and rng.random() < profile.unknown_guess_probability
+            objects = [int(rng.choice(guesses))] if guessing else []
+        elif not all_instances and len(objects) > 1 and rng.random() < profile.ambiguous_miss_probability:
+            objects = [objects[int(rng.integers(1, len(objects)))]]
+        if not all_instances:
+            objects = objects[:1]
+        points = np.asarray([interior_point(observation.truths[i].mask) for i in objects]).reshape(-1, 2)
+    return np.asarray([perturb_point(p, profile, rng) for p in points]).reshape(-1, 2)
+
+
+class PointingTool(SimulatedTool):
+    """Shared behaviour of the pointing tools; subclasses set `name` and `understands_relations`."""
+
+    understands_relations: ClassVar[bool] = True
+    model: ClassVar[str] = "pointing model"
+
+    def _detect(self, obj_name: str, image_index: int, ctx: ToolContext, all_instances: bool) -> ToolResult:
+        observation = self.observe(ctx, image_index)
+        profile = self.profile(ctx)
+        maybe_fail(profile, ctx.rng, self.model)
+        points = point_at(observation, obj_name, all_instances, profile, ctx.rng, self.understands_relations)
+        text = f"Detected {len(points)} instance(s) of '{obj_name}': {format_points(points)}"
+        if not len(points):
+            return ToolResult(text=text)
+        variable = detection_variable(obj_name, all_instances)
+        return ToolResult(
+            text=f"{text} Use ${variable} to reference them.",
+            images=[draw_points(ctx.image(image_index), points)],
+            variables={variable: points},
+        )
+
+    @tool_method
+    def detect_one(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
+        """Point to one instance of an object (or place) described in words.
+
+        Text output: one (x, y) point in normalized image coordinates [0, 1]. Stored variables:
+        $<obj_name>_detection (1x2 array; spaces in the name become underscores).
+
+        Args:
+            obj_name: Name or description of the object or place, e.g. "red mug" or "the mug left of the tray".
+            image_index: Index of the image to look at (0 for the first image).
+        """
+        return self._detect(obj_name, image_index, ctx, all_instances=False)
+
+    @tool_method
+    def detect_all(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
+        """Point to every instance of an object (or spots of a place) described in words.
+
+        Text output: a list of (x, y) points in normalized image coordinates [0, 1]. Stored variables:
+        $<obj_name>_detections (Nx2 array; spaces in the name become underscores).
+
+        Args:
+            obj_name: Name or description of the objects or place, e.g. "box" or "free space behind the mug".
+            image_index: Index of the image to look at (0 for the first image).
+        """
+        return self._detect(obj_name, image_index, ctx, all_instances=True)
+
+
+class RoboReferTool(PointingTool):
+    """Spatial referring and pointing (RoboRefer in the paper), simulated."""
+
+    name: ClassVar[str] = "roborefer"
+    understands_relations: ClassVar[bool] = True
+    model: ClassVar[str] = "RoboRefer"
+
+
+class VLMPointingTool(PointingTool):
+    """Generic VLM pointing (Molmo in the paper), simulated: it matches object words, not relations."""
+
+    name: ClassVar[str] = "vlm"
+    understands_relations: ClassVar[bool] = False
+    model: ClassVar[str] = "VLM"

@@ -1,0 +1,143 @@
+"""Pinhole projections between the camera frame, pixels and normalized image coordinates.
+
+The V1 tools only know a focal length and an image size (as the original Toolshed did), so the
+principal point is the image centre: ``cx = W / 2``, ``cy = H / 2``, and ``fx = fy = focal_length_px``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from spacetools.tools.definition import ToolError
+
+
+def project_to_pixels(points_cam: np.ndarray, focal_length_px: float, width: int, height: int) -> np.ndarray:
+    """Project camera-frame points ``(N, 3)`` to pixel coordinates ``(N, 2)`` (x right, y down)."""
+    points = np.asarray(points_cam, dtype=np.float64).reshape(-1, 3)
+    z = points[:, 2]
+    if np.any(z <= 0):
+        raise ToolError("cannot project points at or behind the camera (z <= 0)")
+    u = focal_length_px * points[:, 0] / z + width / 2.0
+    v = focal_length_px * points[:, 1] / z + height / 2.0
+    return np.stack([u, v], axis=1)
+
+
+def project_to_normalized(
+    points_cam: np.ndarray, focal_length_px: float, width: int, height: int
+) -> np.ndarray:
+    """Project camera-frame points ``(N, 3)`` to normalized image coordinates ``(N, 2)``."""
+    return project_to_pixels(points_cam, focal_length_px, width, height) / np.array([width, height])
+
+
+def backproject_normalized(
+    points_2d: np.ndarray, depth: np.ndarray, focal_length_px: float, width: int, height: int
+) -> np.ndarray:
+    """Lift normalized points ``(N, 2)`` with metric depths ``(N,)`` to camera-frame points ``(N, 3)``."""
+    uv = np.asarray(points_2d, dtype=np.float64).reshape(-1, 2) * np.array([width, height])
+    z = np.asarray(depth, dtype=np.float64).reshape(-1)
+    x = (uv[:, 0] - width / 2.0) * z / focal_length_px
+    y = (uv[:, 1] - height / 2.0) * z / focal_length_px
+    return np.stack([x, y, z], axis=1)
+
+
+def depth_to_point_cloud(depth: np.ndarray, focal_length_px: float) -> np.ndarray:
+    """One camera-frame point per pixel, row-major ``(H*W, 3)`` float32, so a mask indexes it."""
+    height, width = depth.shape
+    xs = (np.arange(width, dtype=np.float32) + 0.5 - width / 2.0) / focal_length_px
+    ys = (np.arange(height, dtype=np.float32) + 0.5 - height / 2.0) / focal_length_px
+    z = depth.astype(np.float32)
+    cloud = np.empty((height, width, 3), dtype=np.float32)
+    cloud[..., 0] = xs[None, :] * z
+    cloud[..., 1] = ys[:, None] * z
+    cloud[..., 2] = z
+    return cloud.reshape(-1, 3)
+
+
+def pixel_index(u: float, v: float, width: int, height: int) -> tuple[int, int]:
+    """The ``(row, col)`` of the pixel containing the normalized point ``(u, v)``."""
+    if not (0.0 <= u <= 1.0 and 0.0 <= v <= 1.0):
+        raise ToolError(f"normalized coordinates ({u}, {v}) must lie in [0, 1]")
+    return min(int(v * height), height - 1), min(int(u * width), width - 1)
+
+
+def as_point_cloud(value: object) -> np.ndarray:
+    """Validate a point cloud argument: a finite-shaped ``(N, 3)`` float array."""
+    cloud = np.asarray(value, dtype=np.float64)
+    if cloud.ndim != 2 or cloud.shape[1] != 3:
+        raise ToolError(f"point_cloud must be an (N, 3) array, got shape {cloud.shape}")
+    return cloud
+
+
+def as_mask(value: object) -> np.ndarray:
+    """Validate a mask argument: a 2D boolean (or 0/1) array."""
+    mask = np.asarray(value)
+    if mask.ndim != 2:
+        raise ToolError(f"mask must be an (H, W) boolean array, got shape {mask.shape}")
+    return mask.astype(bool)
+
+
+def as_focal_length(value: object) -> float:
+    """Validate a focal length argument: a positive number of pixels."""
+    try:
+        focal = float(np.asarray(value, dtype=np.float64).reshape(()))
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"focal_length_px must be a number, got {value!r}") from exc
+    if not np.isfinite(focal) or focal <= 0:
+        raise ToolError(f"focal_length_px must be positive, got {focal}")
+    return focal
+
+
+def mask_selection(point_cloud: np.ndarray, mask: np.ndarray, focal_length_px: float) -> np.ndarray:
+    """Boolean ``(N,)``: which points of ``point_cloud`` fall inside ``mask`` (and have a valid depth).
+
+    A per-pixel cloud (``H*W`` rows, row-major) is indexed directly; any other cloud (filtered or
+    subsampled) is projected with the mask's size as the image size, as the original tools did.
+    """
+    height, width = mask.shape
+    valid = np.all(np.isfinite(point_cloud), axis=1) & (point_cloud[:, 2] > 0)
+    if len(point_cloud) == height * width:
+        return mask.reshape(-1) & valid
+    selected = np.zeros(len(point_cloud), dtype=bool)
+    candidates = np.flatnonzero(valid)
+    pixels = np.floor(project_to_pixels(point_cloud[candidates], focal_length_px, width, height)).astype(int)
+    inside = (pixels[:, 0] >= 0) & (pixels[:, 0] < width) & (pixels[:, 1] >= 0) & (pixels[:, 1] < height)
+    selected[candidates[inside]] = mask[pixels[inside, 1], pixels[inside, 0]]
+    return selected
+
+
+NUMBER_PATTERN = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def as_normalized_points(value: object) -> np.ndarray:
+    """Validate normalized points ``(N, 2)`` given as an array or as text like ``"[(0.41, 0.62), …]"``."""
+    if isinstance(value, str):
+        numbers = [float(token) for token in NUMBER_PATTERN.findall(value)]
+        if not numbers or len(numbers) % 2:
+            raise ToolError(f"points must be (x, y) pairs like [(0.41, 0.62), (0.45, 0.60)], got {value!r}")
+        points = np.asarray(numbers).reshape(-1, 2)
+    else:
+        points = np.asarray(value, dtype=np.float64)
+        if points.ndim == 1 and points.shape[0] == 2:
+            points = points[None, :]
+        if points.ndim != 2 or points.shape[1] != 2 or len(points) == 0:
+            raise ToolError(f"points must be an (N, 2) array of normalized (x, y), got shape {points.shape}")
+    if np.any((points < 0) | (points > 1)) or not np.all(np.isfinite(points)):
+        raise ToolError("points must be normalized image coordinates in [0, 1]")
+    return points
+
+
+def as_points_3d(value: object) -> np.ndarray:
+    """Validate 3D points ``(N, 3)`` given as an array or as text like ``"[(0.1, 0.0, 0.8)]"``."""
+    if isinstance(value, str):
+        numbers = [float(token) for token in NUMBER_PATTERN.findall(value)]
+        if not numbers or len(numbers) % 3:
+            raise ToolError(f"points must be (x, y, z) triples like [(0.1, 0.0, 0.8)], got {value!r}")
+        return np.asarray(numbers).reshape(-1, 3)
+    points = np.asarray(value, dtype=np.float64)
+    if points.ndim == 1 and points.shape[0] == 3:
+        points = points[None, :]
+    if points.ndim != 2 or points.shape[1] != 3 or len(points) == 0:
+        raise ToolError(f"points must be an (N, 3) array, got shape {points.shape}")
+    return points

@@ -1,0 +1,420 @@
+"""Referring expressions against a simulated scene: parse, then resolve to objects or free table space.
+
+Understood phrases: object names and their words ("red mug", "mug", "small blue box", plurals),
+superlatives ("the leftmost box", "the nearest ball"), a relation to an anchor ("the mug left of the
+tray", "the ball in front of the box", "the cube next to the duck") and free space ("vacant space in
+front of the box", "free spot on the table right of the mug"). Sides are seen from the camera, on the
+table: "left of" is towards the camera's left, "in front of" is nearer the camera, as in SpatialSim.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import shapely
+from scipy import ndimage
+from shapely.geometry import Polygon
+
+from spacetools.tools.simworld import Observation
+
+SIDES = ("left of", "right of", "in front of", "behind")
+RELATIONS = (*SIDES, "near")
+
+NEAR_DISTANCE_M = 0.15
+"""Free space "close to" an anchor reaches this far from its footprint."""
+VACANT_MARGIN_M = 0.02
+"""Free space keeps this distance from every object."""
+TABLE_TOLERANCE_M = 0.004
+"""A background pixel is bare table when its world height is this close to the table top (z = 0)."""
+
+# Relation phrases, most specific first; each maps to a canonical relation.
+_RELATION_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"(?:to |on |at )?the left(?: hand)?(?: side)? of", "left of"),
+    (r"left of", "left of"),
+    (r"(?:to |on |at )?the right(?: hand)?(?: side)? of", "right of"),
+    (r"right of", "right of"),
+    (r"in front of", "in front of"),
+    (r"closer to the camera than", "in front of"),
+    (r"nearer to the camera than", "in front of"),
+    (r"behind", "behind"),
+    (r"in back of", "behind"),
+    (r"at the back of", "behind"),
+    (r"farther from the camera than", "behind"),
+    (r"further from the camera than", "behind"),
+    (r"next to", "near"),
+    (r"close to", "near"),
+    (r"beside", "near"),
+    (r"near(?:by)?", "near"),
+)
+_RELATION_REGEX = re.compile(r"\b(" + "|".join(p for p, _ in _RELATION_PATTERNS) + r")\b")
+
+_FREE_SPACE_WORDS = frozenset(
+    {"vacant", "free", "empty", "space", "spot", "area", "room", "unoccupied", "open"}
+)
+_SUPERLATIVES: dict[str, str] = {
+    "leftmost": "leftmost",
+    "rightmost": "rightmost",
+    "nearest": "nearest",
+    "closest": "nearest",
+    "frontmost": "nearest",
+    "farthest": "farthest",
+    "furthest": "farthest",
+    "backmost": "farthest",
+    "largest": "largest",
+    "biggest": "largest",
+    "smallest": "smallest",
+    "tiniest": "smallest",
+    # Left-over side words are adjectives once relations are cut out: "the left mug".
+    "left": "leftmost",
+    "right": "rightmost",
+    "front": "nearest",
+    "back": "farthest",
+    "rear": "farthest",
+}
+# Words that carry no identity: dropped before matching.
+_FILLER = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "one",
+        "some",
+        "any",
+        "all",
+        "every",
+        "each",
+        "this",
+        "that",
+        "these",
+        "those",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "and",
+        "or",
+        "with",
+        "which",
+        "who",
+        "is",
+        "are",
+        "was",
+        "be",
+        "it",
+        "its",
+        "please",
+        "point",
+        "points",
+        "pointing",
+        "locate",
+        "find",
+        "show",
+        "where",
+        "could",
+        "can",
+        "would",
+        "placing",
+        "place",
+        "placed",
+        "put",
+        "putting",
+        "down",
+        "suitable",
+        "for",
+        "object",
+        "objects",
+        "thing",
+        "things",
+        "item",
+        "items",
+        "image",
+        "picture",
+        "table",
+        "camera",
+        "located",
+        "sitting",
+        "standing",
+        "lying",
+        "there",
+        "here",
+        "other",
+        "another",
+        "instance",
+        "instances",
+        "from",
+        "close",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A noun phrase: content words that must all describe the object, and an optional superlative."""
+
+    words: tuple[str, ...]
+    superlative: str | None = None
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A parsed referring expression."""
+
+    target: Descriptor
+    free_space: bool
+    relation: str | None = None
+    anchor: Descriptor | None = None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Where an expression points: object indices best first, or a free-space mask."""
+
+    objects: tuple[int, ...] = ()
+    region: np.ndarray | None = None
+    matched: bool = True
+    """False when no object (or no anchor) matched the words: a model would be guessing."""
+
+
+def _normalize(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9 ]+", " ", text.lower().replace("-", " ")).split())
+
+
+def parse_descriptor(text: str) -> Descriptor:
+    """Content words and superlative of a noun phrase."""
+    words: list[str] = []
+    superlative = None
+    for word in _normalize(text).split():
+        if word in _SUPERLATIVES:
+            superlative = _SUPERLATIVES[word]
+        elif word not in _FILLER and word not in _FREE_SPACE_WORDS:
+            words.append(word)
+    return Descriptor(tuple(words), superlative)
+
+
+def parse_expression(text: str) -> Expression:
+    """Split an expression into target, relation and anchor, and detect free-space requests."""
+    normalized = _normalize(text)
+    matches = list(_RELATION_REGEX.finditer(normalized))
+    free_space = bool(_FREE_SPACE_WORDS & set(normalized.split()))
+    if not matches:
+        return Expression(parse_descriptor(normalized), free_space)
+    canonical = [_canonical(match.group(1)) for match in matches]
+    # "close to and in front of the box": the side, not "near", carries the meaning.
+    chosen = next((i for i, rel in enumerate(canonical) if rel in SIDES), 0)
+    head = normalized[: matches[0].start()]
+    anchor_text = normalized[matches[chosen].end() :]
+    anchor = parse_descriptor(anchor_text)
+    target = parse_descriptor(head)
+    free_space = free_space and not _FREE_SPACE_WORDS.isdisjoint(head.split())
+    return Expression(target, free_space, canonical[chosen], anchor)
+
+
+def _canonical(phrase: str) -> str:
+    for pattern, relation in _RELATION_PATTERNS:
+        if re.fullmatch(pattern, phrase):
+            return relation
+    raise AssertionError(f"unmapped relation phrase {phrase!r}")  # the regex is built from the patterns
+
+
+def _singular(word: str) -> str:
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("ches", "shes", "xes", "sses")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def object_vocabulary(observation: Observation, index: int) -> set[str]:
+    """The words that may describe an object: its name, category, colour and size."""
+    obj = observation.objects[index]
+    words = set(_normalize(f"{obj.name} {obj.category} {obj.color or ''} {obj.size_label or ''}").split())
+    if obj.size_label == "large":
+        words |= {"big", "larger", "bigger"}
+    if obj.size_label == "small":
+        words |= {"little", "smaller", "tiny"}
+    return words
+
+
+def matching_objects(observation: Observation, descriptor: Descriptor) -> list[int]:
+    """Indices of visible objects that every content word of the descriptor describes."""
+    found = []
+    for truth in observation.truths:
+        if not truth.mask.any():
+            continue
+        vocabulary = object_vocabulary(observation, truth.index)
+        if all(word in vocabulary or _singular(word) in vocabulary for word in descriptor.words):
+            found.append(truth.index)
+    return found
+
+
+def best_partial_match(observation: Observation, descriptor: Descriptor) -> list[int]:
+    """Visible objects sharing the most words with the descriptor (what a model would guess)."""
+    scores = {}
+    for truth in observation.truths:
+        if truth.mask.any():
+            vocabulary = object_vocabulary(observation, truth.index)
+            scores[truth.index] = sum(w in vocabulary or _singular(w) in vocabulary for w in descriptor.words)
+    top = max(scores.values(), default=0)
+    return [index for index, score in scores.items() if score == top and top > 0]
+
+
+class TableFrame:
+    """Directions on the table as seen from the camera, and object footprints in world (x, y)."""
+
+    def __init__(self, observation: Observation) -> None:
+        self.observation = observation
+        pose = observation.view.camera.cam_to_world
+        self.right = _unit(pose[:2, 0])
+        self.away = _unit(pose[:2, 2])
+
+    def direction(self, side: str) -> np.ndarray:
+        """The world (x, y) unit vector of a side as seen from the camera."""
+        return {
+            "left of": -self.right,
+            "right of": self.right,
+            "in front of": -self.away,
+            "behind": self.away,
+        }[side]
+
+    def centre(self, index: int) -> np.ndarray:
+        """An object's box centre in world (x, y)."""
+        return self.observation.truths[index].obb_corners_world[:, :2].mean(axis=0)
+
+    def footprint(self, index: int) -> Polygon:
+        """An object's footprint on the table: the hull of its box corners in world (x, y)."""
+        return shapely.MultiPoint(self.observation.truths[index].obb_corners_world[:, :2]).convex_hull
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    if norm < 1e-6:
+        return np.array([1.0, 0.0])
+    return np.asarray(vector, dtype=float) / norm
+
+
+def rank_by_relation(frame: TableFrame, candidates: list[int], relation: str, anchor: int) -> list[int]:
+    """Candidates that stand in ``relation`` to ``anchor``, best first (an empty list when none does)."""
+    anchor_centre = frame.centre(anchor)
+    others = [c for c in candidates if c != anchor]
+    if relation == "near":
+        return sorted(others, key=lambda c: frame.footprint(c).distance(frame.footprint(anchor)))
+    direction = frame.direction(relation)
+    lateral = np.array([-direction[1], direction[0]])
+    scored = []
+    for candidate in others:
+        offset = frame.centre(candidate) - anchor_centre
+        along, across = float(offset @ direction), abs(float(offset @ lateral))
+        if along > 0:
+            scored.append((along - 0.5 * across, candidate))
+    return [candidate for _, candidate in sorted(scored, reverse=True)]
+
+
+def rank_by_superlative(frame: TableFrame, candidates: list[int], superlative: str) -> list[int]:
+    """Candidates ordered by a superlative, best first."""
+    observation = frame.observation
+
+    def key(index: int) -> float:
+        truth = observation.truths[index]
+        if superlative in ("leftmost", "rightmost"):
+            across = float(frame.centre(index) @ frame.right)
+            return across if superlative == "leftmost" else -across
+        if superlative in ("nearest", "farthest"):
+            depth = float(truth.position_camera[2])
+            return depth if superlative == "nearest" else -depth
+        volume = float(np.prod(truth.extent))
+        return -volume if superlative == "largest" else volume
+
+    return sorted(candidates, key=key)
+
+
+def table_mask(observation: Observation) -> np.ndarray:
+    """``(H, W)`` bool: pixels showing the bare table top."""
+    heights = observation.world_points[..., 2]
+    return (observation.view.segmentation < 0) & (np.abs(heights) < TABLE_TOLERANCE_M)
+
+
+def free_space_region(frame: TableFrame, side: str | None, anchor: int | None) -> np.ndarray:
+    """``(H, W)`` bool: bare table away from every object, beside ``anchor`` on ``side`` when given."""
+    observation = frame.observation
+    table = table_mask(observation)
+    footprints = [frame.footprint(t.index) for t in observation.truths]
+    blocked = shapely.union_all(footprints).buffer(VACANT_MARGIN_M)
+    if anchor is not None and side is not None:
+        allowed = _side_band(frame, anchor, side).difference(blocked)
+    elif anchor is not None:  # "near": a ring around the anchor
+        allowed = frame.footprint(anchor).buffer(NEAR_DISTANCE_M).difference(blocked)
+    else:
+        allowed = shapely.box(-10.0, -10.0, 10.0, 10.0).difference(blocked)
+    points = observation.world_points[table]
+    region = np.zeros(table.shape, dtype=bool)
+    if not allowed.is_empty:
+        region[table] = shapely.contains_xy(allowed, points[:, 0], points[:, 1])
+    return region
+
+
+def _side_band(frame: TableFrame, anchor: int, side: str) -> Polygon:
+    """The band of table on one side of the anchor: as wide as the anchor, ``NEAR_DISTANCE_M`` deep."""
+    direction = frame.direction(side)
+    lateral = np.array([-direction[1], direction[0]])
+    coords = np.asarray(frame.footprint(anchor).exterior.coords)
+    centre = frame.centre(anchor)
+    along, across = (coords - centre) @ direction, (coords - centre) @ lateral
+    near, far = along.max(), along.max() + NEAR_DISTANCE_M
+    low, high = across.min(), across.max()
+    return Polygon(
+        [
+            centre + a * direction + b * lateral
+            for a, b in ((near, low), (far, low), (far, high), (near, high))
+        ]
+    )
+
+
+def resolve(observation: Observation, expression: Expression, use_relations: bool = True) -> Resolution:
+    """Resolve an expression in a scene. ``use_relations=False`` ignores relations and free space
+    (a generic pointing model that only knows object names)."""
+    frame = TableFrame(observation)
+    anchor = None
+    if use_relations and expression.relation is not None and expression.anchor is not None:
+        anchors = matching_objects(observation, expression.anchor)
+        if expression.anchor.superlative:
+            anchors = rank_by_superlative(frame, anchors, expression.anchor.superlative)
+        if not anchors:
+            return Resolution(matched=False)
+        anchor = anchors[0]
+    if expression.free_space and use_relations:
+        side = expression.relation if expression.relation in SIDES else None
+        return Resolution(region=free_space_region(frame, side, anchor))
+    candidates = matching_objects(observation, expression.target)
+    if anchor is not None and expression.relation is not None:
+        candidates = rank_by_relation(frame, candidates, expression.relation, anchor)
+    if expression.target.superlative:
+        candidates = rank_by_superlative(frame, candidates, expression.target.superlative)[:1]
+    return Resolution(objects=tuple(candidates), matched=bool(candidates))
+
+
+def interior_point(mask: np.ndarray) -> np.ndarray:
+    """The normalized point deepest inside a mask (farthest from its border)."""
+    height, width = mask.shape
+    distance = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+    row, col = np.unravel_index(int(np.argmax(distance)), mask.shape)
+    return np.array([(col + 0.5) / width, (row + 0.5) / height])
+
+
+def spread_points(mask: np.ndarray, count: int) -> np.ndarray:
+    """Up to ``count`` normalized points well inside a mask and far from each other."""
+    height, width = mask.shape
+    distance = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+    rows, cols = np.nonzero(distance >= 0.5 * distance.max())
+    candidates = np.stack([(cols + 0.5) / width, (rows + 0.5) / height], axis=1)
+    chosen = [interior_point(mask)]
+    while len(chosen) < count and len(candidates):
+        gaps = np.min(np.linalg.norm(candidates[:, None] - np.asarray(chosen)[None], axis=2), axis=1)
+        if gaps.max() < 0.02:
+            break
+        chosen.append(candidates[int(np.argmax(gaps))])
+    return np.asarray(chosen)

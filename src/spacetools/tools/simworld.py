@@ -1,0 +1,123 @@
+"""The simulated world behind an image: rebuild the scene of `image_index` and render what it shows.
+
+A conversation image from SpatialSim carries its scene spec JSON; simulated perception tools rebuild
+that scene in pybullet, render it at the image's size and read the truth from the render. Building
+and rendering costs about half a second, so each tool instance keeps a small LRU cache of
+observations keyed by the spec's hash and the image size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from pydantic import ValidationError
+
+from spacetools.sim.groundtruth import ObjectTruth
+from spacetools.sim.scene import ObjectSpec, SceneSpec
+from spacetools.sim.world import Scene, View
+from spacetools.tools.definition import Tool, ToolContext, ToolError
+from spacetools.tools.realism import Profile, get_profile
+
+DEFAULT_CACHE_SIZE = 8
+
+
+@dataclass
+class Observation:
+    """A rendered scene: its spec, the view at the conversation image's size and per-object truth."""
+
+    spec: SceneSpec
+    view: View
+    truths: list[ObjectTruth]
+
+    @property
+    def objects(self) -> list[ObjectSpec]:
+        """The scene's objects, in index order (the same order as `truths`)."""
+        return self.spec.objects
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """Image ``(width, height)``."""
+        height, width = self.view.depth.shape
+        return width, height
+
+    @cached_property
+    def world_points(self) -> np.ndarray:
+        """``(H, W, 3)`` world coordinates of every pixel's surface point."""
+        camera = self.view.camera
+        points = camera.backproject(self.view.depth).reshape(-1, 3)
+        return camera.camera_to_world(points).reshape((*self.view.depth.shape, 3))
+
+
+class SceneCache:
+    """A small LRU cache of observations keyed by (spec hash, image size)."""
+
+    def __init__(self, max_size: int = DEFAULT_CACHE_SIZE) -> None:
+        self.max_size = max_size
+        self._entries: OrderedDict[tuple[str, int, int], Observation] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def observe(self, spec_json: str, width: int, height: int) -> Observation:
+        """The observation of a scene spec rendered at ``width`` x ``height`` (cached)."""
+        key = (hashlib.sha256(spec_json.encode()).hexdigest(), width, height)
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        observation = render_observation(parse_spec(spec_json), width, height)
+        self._entries[key] = observation
+        if len(self._entries) > self.max_size:
+            self._entries.popitem(last=False)
+        return observation
+
+
+def parse_spec(spec_json: str) -> SceneSpec:
+    """A SceneSpec from its JSON, with a clear error for anything else."""
+    try:
+        return SceneSpec.model_validate_json(spec_json)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "spec"
+        raise ToolError(f"the image's scene spec is not valid: {where}: {first['msg']}") from None
+
+
+def render_observation(spec: SceneSpec, width: int, height: int) -> Observation:
+    """Rebuild ``spec`` (no physics), render its camera at the given size and compute the truth."""
+    camera = spec.get_camera()
+    if (camera.width, camera.height) != (width, height):
+        camera = camera.resized(width, height)
+    with Scene.from_spec(spec) as scene:
+        view = scene.render(camera)
+        truths = scene.ground_truth(view)
+    return Observation(spec=spec, view=view, truths=truths)
+
+
+class SimulatedTool(Tool):
+    """Base of the perception tools backed by the simulated world (pointing, segmentation, depth)."""
+
+    def __init__(self, **config: object) -> None:
+        super().__init__(**config)
+        self._scenes = SceneCache(int(config.get("cache_size", DEFAULT_CACHE_SIZE)))  # type: ignore[call-overload]
+
+    def observe(self, ctx: ToolContext, image_index: int) -> Observation:
+        """The simulated scene behind image ``image_index`` of the conversation."""
+        image = ctx.image(image_index)
+        spec_json = ctx.scenes[image_index] if image_index < len(ctx.scenes) else None
+        if spec_json is None:
+            raise ToolError(
+                f"image {image_index} has no simulated scene: simulated tools need a SpatialSim sample or scene"
+            )
+        height, width = image.shape[:2]
+        return self._scenes.observe(spec_json, width, height)
+
+    @staticmethod
+    def profile(ctx: ToolContext) -> Profile:
+        """The realism profile of this call."""
+        try:
+            return get_profile(ctx.profile)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
