@@ -164,7 +164,7 @@ def test_tool_errors_become_error_results() -> None:
 def test_scene_spec_requires_a_simulated_scene() -> None:
     ctx = _ctx(2, scenes=['{"seed": 1}', None])
     assert ctx.scene_spec(0) == '{"seed": 1}'
-    with pytest.raises(ToolError, match="image_index 1 has no simulated scene"):
+    with pytest.raises(ToolError, match="image 1 has no simulated scene"):
         ctx.scene_spec(1)
 
 

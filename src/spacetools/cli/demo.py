@@ -1,4 +1,5 @@
-"""`spacetools demo` (interim, until the evaluation harness replaces it): a small SpatialSim set and its summary."""
+"""`spacetools demo`: the main job. Generate a SpatialSim set, evaluate the scripted expert on it with live
+tools, print the table and the report's path."""
 
 from __future__ import annotations
 
@@ -8,31 +9,49 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from spacetools.agent.policies.scripted import ScriptedPolicy
+from spacetools.bench.evaluate import PROFILES, REPORT_FILE, evaluate
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
-from spacetools.bench.spatialsim.draw import render_sample
 
 
 def demo(
     out: Path = typer.Option(
-        Path("spatialsim_demo"), "--out", help="Folder for the parquet files and previews."
+        Path("spacetools_demo"), "--out", help="Folder for data/ (parquet) and run/ (results)."
     ),
-    n: int = typer.Option(4, "--n", min=1, help="Questions per family."),
-    seed: int = typer.Option(0, "--seed", help="Run seed."),
+    n: int = typer.Option(20, "--n", min=1, help="Questions per family."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the generated set and of the tools' realism."),
+    profile: str = typer.Option("realistic", "--profile", help=f"Tool realism: {', '.join(PROFILES)}."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes run at once."),
 ) -> None:
-    """Generate and render a small SpatialSim set, write one preview per family and print its summary."""
+    """Generate SpatialSim questions, run the scripted expert with live tools, print the table and report."""
+    if profile not in PROFILES:
+        raise typer.BadParameter(
+            f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}", param_hint="--profile"
+        )
     console = Console()
+    data, run = out / "data", out / "run"
     try:
-        generator.prepare_output(out)
+        generator.prepare_output(data)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--out") from error
     start = time.perf_counter()
     with console.status(f"Generating {n} questions for each of {len(FAMILIES)} families..."):
         by_family = generator.generate(n, seed)
-    files = generator.write_families(out, by_family)
-    elapsed = time.perf_counter() - start
-    for name, samples in by_family.items():
-        render_sample(samples[0]).save(out / f"preview_{FAMILIES[name].data_source}.png")
-    console.print(balance_table(by_family, title=f"SpatialSim demo (seed {seed})"))
-    total = sum(len(samples) for samples in by_family.values())
-    console.print(f"{total} questions in {elapsed:.1f} s; {len(files)} parquet files and previews in {out}/")
+    generator.write_families(data, by_family)
+    console.print(balance_table(by_family, title=f"SpatialSim (seed {seed}) in {data}"))
+    console.print(
+        f"Generated in {time.perf_counter() - start:.1f} s. Evaluating the scripted expert ({profile} tools)..."
+    )
+    # A fresh run each time: the data were just regenerated, so earlier rows may not match them.
+    evaluate(
+        ScriptedPolicy(),
+        data,
+        out_dir=run,
+        profile=profile,
+        concurrency=concurrency,
+        resume=False,
+        seed=seed,
+        console=console,
+    )
+    console.print(f"Done in {time.perf_counter() - start:.1f} s. Report: {(run / REPORT_FILE).resolve()}")

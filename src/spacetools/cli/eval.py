@@ -119,4 +119,9 @@ def compare(
         first, second = Summary.load(a), Summary.load(b)
     except (FileNotFoundError, ValueError) as error:
         raise typer.BadParameter(str(error)) from error
-    console.print(compare_table(first, second, label_a=str(a), label_b=str(b)))
+    console.print(compare_table(first, second, label_a=_run_label(a), label_b=_run_label(b)))
+
+
+def _run_label(path: Path) -> str:
+    """A run's short name: its folder's name."""
+    return (path if path.is_dir() else path.parent).name

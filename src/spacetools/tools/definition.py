@@ -107,7 +107,9 @@ class ToolContext:
         self._check_index(index)
         scene = self.scenes[index] if index < len(self.scenes) else None
         if scene is None:
-            raise ToolError(f"image_index {index} has no simulated scene attached")
+            raise ToolError(
+                f"image {index} has no simulated scene: simulated tools need a SpatialSim sample or scene"
+            )
         return scene
 
     def _check_index(self, index: int) -> None:
@@ -370,7 +372,12 @@ def _json_schema(hint: Any, where: str) -> dict[str, Any]:
         if len(present) == 1:  # Optional[X]: the default stands for "absent"
             schema = _json_schema(present[0], where)
         else:
-            schema = {"anyOf": [_json_schema(member, where) for member in present]}
+            schemas: list[dict[str, Any]] = []
+            for member in present:  # `str | np.ndarray` would otherwise list {"type": "string"} twice
+                member_schema = _json_schema(member, where)
+                if member_schema not in schemas:
+                    schemas.append(member_schema)
+            schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     elif base in _SCALARS:
         schema = {"type": _SCALARS[base]}
     elif typing.get_origin(base) is Literal:

@@ -105,13 +105,8 @@ class SimulatedTool(Tool):
 
     def observe(self, ctx: ToolContext, image_index: int) -> Observation:
         """The simulated scene behind image ``image_index`` of the conversation."""
-        image = ctx.image(image_index)
-        spec_json = ctx.scenes[image_index] if image_index < len(ctx.scenes) else None
-        if spec_json is None:
-            raise ToolError(
-                f"image {image_index} has no simulated scene: simulated tools need a SpatialSim sample or scene"
-            )
-        height, width = image.shape[:2]
+        spec_json = ctx.scene_spec(image_index)
+        height, width = ctx.image(image_index).shape[:2]
         return self._scenes.observe(spec_json, width, height)
 
     @staticmethod
