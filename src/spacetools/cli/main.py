@@ -2,7 +2,7 @@
 
 import typer
 
-from spacetools.cli import data, demo, eval, tools
+from spacetools.cli import data, demo, eval, serve, tools
 
 app = typer.Typer(
     name="spacetools",
@@ -14,6 +14,7 @@ app.add_typer(data.app, name="data", help="Generate and inspect SpatialSim bench
 app.add_typer(tools.app, name="tools", help="List, describe and run Toolshed tools.")
 app.add_typer(eval.app, name="eval", help="Evaluate a policy on benchmarks with live tools.")
 app.command(name="demo")(demo.demo)
+app.command(name="serve", help="Serve a tool set over HTTP.")(serve.serve)
 
 if __name__ == "__main__":
     app()

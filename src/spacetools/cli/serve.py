@@ -1,0 +1,37 @@
+"""`spacetools serve`: run a tool set as an HTTP Toolshed server, for rollouts in other processes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spacetools.tools.toolsets import TOOLSET_NAMES, get_toolset
+from spacetools.toolshed import PROFILES, Toolshed
+
+
+def serve(
+    toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0 for every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8765,
+    profile: Annotated[str, typer.Option(help=f"Tool realism: {', '.join(PROFILES)}.")] = "realistic",
+    seed: Annotated[int, typer.Option(help="Toolshed seed (the same seed gives the same tool noise).")] = 0,
+) -> None:
+    """Serve a tool set over HTTP until interrupted (clients: `spacetools.toolshed.client.RemoteToolshed`)."""
+    # Imported here so the rest of the command line does not pay for the web stack.
+    import uvicorn
+
+    from spacetools.toolshed.http import create_app
+
+    if profile not in PROFILES:
+        raise typer.BadParameter(
+            f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}", param_hint="--profile"
+        )
+    try:
+        deployments = get_toolset(toolset)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--toolset") from error
+    app = create_app(Toolshed(deployments, profile=profile, seed=seed))
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -1,0 +1,384 @@
+"""The Toolshed's HTTP front and `RemoteToolshed`, against a real uvicorn server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import typer
+import uvicorn
+from typer.testing import CliRunner
+
+from spacetools.agent.policies.scripted import ScriptedPolicy
+from spacetools.agent.rollout import run_episode
+from spacetools.agent.types import EpisodeState, Task
+from spacetools.cli.serve import serve
+from spacetools.tools.definition import Tool, ToolContext, ToolResult, hermes_tools_block, tool_method
+from spacetools.tools.diagnostics import EchoTool, FaultTool, SleepTool
+from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed.client import RemoteSession, RemoteToolshed
+from spacetools.toolshed.http import create_app, decode_image, encode_image
+
+IMAGE = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
+
+
+class MirrorTool(Tool):
+    """Returns a conversation image flipped left to right, as a drawing tool returns a picture."""
+
+    name = "mirror"
+
+    @tool_method
+    def flip(self, image_index: int, *, ctx: ToolContext) -> ToolResult:
+        """Flip an image left to right.
+
+        Args:
+            image_index: Which conversation image.
+        """
+        return ToolResult(
+            text=f"flipped image {image_index}", images=[ctx.image(image_index)[:, ::-1].copy()]
+        )
+
+
+DEPLOYMENTS = [
+    ToolDeployment(tool=EchoTool, backend="inprocess"),
+    ToolDeployment(tool=SleepTool, backend="inprocess", instances=4, timeout_s=5.0),
+    ToolDeployment(tool=MirrorTool, backend="inprocess"),
+    # A worker process, so that fault.crash can kill something other than the server.
+    ToolDeployment(tool=FaultTool, backend="process", instances=1, timeout_s=5.0),
+]
+
+
+@contextlib.contextmanager
+def serving(toolshed: Toolshed) -> Iterator[str]:
+    """Serve `toolshed` on a free port of 127.0.0.1 in a background thread; yields the base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(toolshed), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the Toolshed server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    with serving(Toolshed(DEPLOYMENTS)) as url:
+        yield url
+
+
+@pytest.fixture
+def http(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        yield client
+
+
+def open_session(http: httpx.Client, **body: Any) -> str:
+    response = http.post("/sessions", json={"images": [encode_image(IMAGE)], **body})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def call(
+    http: httpx.Client, session_id: str, *calls: tuple[str, Any], images: bool = False
+) -> list[dict[str, Any]]:
+    body = [{"name": name, "arguments": arguments} for name, arguments in calls]
+    response = http.post(f"/sessions/{session_id}/calls", params={"images": images}, json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_health_and_tool_schemas(http: httpx.Client) -> None:
+    health = http.get("/health").json()
+    assert health["status"] == "ok" and health["profile"] == "exact"
+    schemas = http.get("/tools").json()
+    names = [schema["function"]["name"] for schema in schemas]
+    assert names[:3] == ["echo.echo", "echo.describe", "echo.random"] and "fault.crash" in names
+    assert health["tool_methods"] == len(schemas)
+    assert schemas[0]["function"]["parameters"]["required"] == ["text"]
+    hermes = http.get("/tools/hermes")
+    assert hermes.headers["content-type"].startswith("text/plain")
+    assert hermes.text == hermes_tools_block(Toolshed(DEPLOYMENTS).specs())
+
+
+def test_a_turn_runs_in_parallel_and_keeps_call_order(http: httpx.Client) -> None:
+    session_id = open_session(http)
+    started = time.perf_counter()
+    results = call(
+        http,
+        session_id,
+        ("sleep.sleep", {"seconds": 0.4}),
+        ("echo.echo", {"text": "first"}),
+        ("sleep.sleep", '{"seconds": 0.4}'),
+        ("sleep.sleep", {"seconds": 0.4}),
+    )
+    elapsed = time.perf_counter() - started
+    assert [result["text"] for result in results] == ["slept 0.4 s", "first", "slept 0.4 s", "slept 0.4 s"]
+    assert not any(result["is_error"] for result in results)
+    assert elapsed < 1.1  # one after another would take 1.2 s
+
+
+def test_variables_resolve_on_the_server_across_requests(http: httpx.Client) -> None:
+    session_id = open_session(http)
+    (made,) = call(http, session_id, ("fault.make_array", {"n": 4}))
+    assert made == {"text": made["text"], "is_error": False, "variables": ["array"], "images": []}
+    (described,) = call(http, session_id, ("echo.describe", {"data": "$array"}))
+    assert described["text"] == "array of shape (4,), dtype float32, mean 1.0000"
+    (missing,) = call(http, session_id, ("echo.describe", {"data": "$depth"}))
+    assert missing["is_error"] and missing["text"].startswith("Error: unknown variable $depth.")
+    assert missing["text"].endswith("Available variables: $array")
+    (not_an_object,) = call(http, session_id, ("echo.echo", [1]))  # the error the model gets in process
+    assert not_an_object["text"] == "Error: the arguments for echo.echo must be a JSON object, got list"
+
+
+def test_the_session_seed_reaches_the_tools_as_in_process() -> None:
+    async def in_process() -> str:
+        async with Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")]) as shed:
+            return (await shed.open_session([IMAGE], seed=7).call("echo.random")).text
+
+    expected = asyncio.run(in_process())
+    with (
+        serving(Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")])) as url,
+        httpx.Client(base_url=url) as http,
+    ):
+        (seeded,) = call(http, open_session(http, seed=7), ("echo.random", {}))
+        (other,) = call(http, open_session(http, seed=8), ("echo.random", {}))
+    assert seeded["text"] == expected != other["text"]
+
+
+def test_tool_images_come_back_on_request_and_uploaded_images_are_addressable(http: httpx.Client) -> None:
+    session_id = open_session(http)
+    (without,) = call(http, session_id, ("mirror.flip", {"image_index": 0}))
+    assert without["images"] == [] and without["text"] == "flipped image 0"
+    (with_images,) = call(http, session_id, ("mirror.flip", {"image_index": 0}), images=True)
+    (picture,) = with_images["images"]
+    assert picture.startswith("data:image/png;base64,")
+    np.testing.assert_array_equal(decode_image(picture), IMAGE[:, ::-1])
+    added = http.post(f"/sessions/{session_id}/images", json={"image": picture})
+    assert added.status_code == 201 and added.json() == {"index": 1}
+    (flipped_back,) = call(http, session_id, ("mirror.flip", {"image_index": 1}), images=True)
+    np.testing.assert_array_equal(decode_image(flipped_back["images"][0]), IMAGE)
+
+
+def test_an_unknown_or_closed_session_is_a_404(http: httpx.Client) -> None:
+    session_id = open_session(http)
+    assert http.delete(f"/sessions/{session_id}").status_code == 204
+    for response in (
+        http.post(f"/sessions/{session_id}/calls", json=[{"name": "echo.echo", "arguments": {"text": "x"}}]),
+        http.post(f"/sessions/{session_id}/images", json={"image": encode_image(IMAGE)}),
+        http.delete(f"/sessions/{session_id}"),
+        http.post("/sessions/no-such-session/calls", json=[]),
+    ):
+        assert response.status_code == 404
+        assert (
+            "is closed, expired or unknown; open a new one with POST /sessions" in response.json()["detail"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/sessions", {"seed": 1}, "Field required"),
+        ("/sessions", {"images": ["data:image/png;base64,AAAA"]}, "does not hold a readable image"),
+        ("/sessions", {"images": ["http://example.com/a.png"]}, "expected a base64 data URI"),
+        ("/sessions", {"images": ["data:image/gif;base64,AAAA"]}, "unsupported image type 'image/gif'"),
+        ("/sessions", {"images": [encode_image(IMAGE)], "scenes": [None, None]}, "got 1 images but 2 scenes"),
+        ("/sessions/{id}/calls", {"name": "echo.echo"}, "Input should be a valid list"),
+        ("/sessions/{id}/calls", [{"arguments": {}}], "Field required"),
+        ("/sessions/{id}/images", {"image": "data:image/jpeg;base64,!!"}, "does not hold a readable image"),
+    ],
+)
+def test_a_malformed_body_is_a_422_that_says_why(
+    http: httpx.Client, path: str, body: Any, message: str
+) -> None:
+    if "{id}" in path:
+        path = path.format(id=open_session(http))
+    response = http.post(path, json=body)
+    assert response.status_code == 422
+    assert message in json.dumps(response.json()["detail"])
+
+
+def test_a_crashing_tool_is_an_error_result_and_the_server_keeps_serving(http: httpx.Client) -> None:
+    session_id = open_session(http)
+    crashed, echoed = call(http, session_id, ("fault.crash", {}), ("echo.echo", {"text": "still here"}))
+    assert crashed["is_error"] and crashed["text"].startswith("Error: ")
+    assert echoed == {"text": "still here", "is_error": False, "variables": [], "images": []}
+    (raised,) = call(http, session_id, ("fault.raise_error", {"message": "boom"}))
+    assert raised["is_error"] and raised["text"] == "Error: RuntimeError: boom"
+    (recovered,) = call(http, session_id, ("fault.echo", {"text": "back"}))  # on a restarted worker
+    assert recovered["text"] == "back" and not recovered["is_error"]
+    fault_stats = http.get("/stats").json()["tools"]["fault"]
+    assert fault_stats["crashes"] >= 1 and fault_stats["errors"] >= 2
+
+
+class EchoThenAnswer:
+    """Calls echo.echo once, then answers with what the tool said."""
+
+    name = "echo-then-answer"
+
+    async def act(self, state: EpisodeState) -> str:
+        if state.turn == 0:
+            return (
+                '<think>ask</think><tool_call>{"name": "echo.echo", "arguments": {"text": "42"}}</tool_call>'
+            )
+        tool_reply = state.messages[-1]["content"]
+        text = tool_reply if isinstance(tool_reply, str) else json.dumps(tool_reply)
+        return f"<think>read it</think><answer>{'42' if '42' in text else 'none'}</answer>"
+
+
+def test_remote_toolshed_drives_run_episode(base_url: str) -> None:
+    async def scenario() -> tuple[Any, dict[str, Any]]:
+        async with RemoteToolshed(base_url) as shed:
+            open_before = (await shed.fetch_stats())["sessions"]["open"]
+            task = Task(id="t1", data_source="test", question="What number?", images=[IMAGE])
+            trajectory = await run_episode(EchoThenAnswer(), shed, task)
+        async with RemoteToolshed(base_url) as shed:  # the first one released its session on close
+            assert (await shed.fetch_stats())["sessions"]["open"] == open_before
+        return trajectory, trajectory.stats
+
+    trajectory, stats = asyncio.run(scenario())
+    assert trajectory.finish_reason == "answer" and trajectory.answer == "42", trajectory.error
+    (record,) = trajectory.tool_calls
+    assert record.name == "echo.echo" and record.result_text == "42" and not record.is_error
+    assert stats["tool_calls"] == 1 and stats["tool_errors"] == 0
+
+
+def test_remote_session_mirrors_the_session_api(base_url: str) -> None:
+    async def scenario() -> None:
+        async with RemoteToolshed(base_url) as shed:
+            assert [spec.name for spec in shed.specs()][:2] == ["echo.echo", "echo.describe"]
+            session = shed.open_session([IMAGE], seed=3)
+            assert session.id is None  # opened on the server by the first call
+            made, flipped = await session.call_many(
+                [("fault.make_array", {"n": 2}), ("mirror.flip", {"image_index": 0})]
+            )
+            assert session.id is not None and made.variables == {"array": None}
+            (picture,) = flipped.images
+            assert session.add_image(picture) == 1  # uploaded before the next call
+            described, flipped_back = await session.call_many(
+                [("echo.describe", '{"data": "$array"}'), ("mirror.flip", {"image_index": 1})]
+            )
+            assert described.text == "array of shape (2,), dtype float32, mean 1.0000"
+            np.testing.assert_array_equal(flipped_back.images[0], IMAGE)
+            unserialisable = await session.call("echo.describe", {"data": np.ones(2)})
+            assert unserialisable.is_error and "not JSON serializable" in unserialisable.text
+            await session.aclose()
+            closed = await session.call("echo.echo", {"text": "x"})
+            assert closed.is_error and closed.text == "Error: RuntimeError: the session is closed"
+            with pytest.raises(ValueError, match=r"image 0 must be a uint8 RGB array"):
+                shed.open_session([IMAGE.astype(np.float32)])
+
+    asyncio.run(scenario())
+
+
+def test_a_session_closed_outside_an_event_loop_is_released(base_url: str) -> None:
+    async def opened() -> RemoteSession:
+        async with RemoteToolshed(base_url) as shed:
+            session = shed.open_session([IMAGE])
+            await session.open()
+            return session
+
+    session = asyncio.run(opened())
+    session.close()
+    assert (
+        session.closed and httpx.post(f"{base_url}/sessions/{session.id}/calls", json=[]).status_code == 404
+    )
+
+
+def test_calls_become_error_results_when_the_server_is_gone() -> None:
+    async def scenario() -> list[ToolResult]:
+        with contextlib.ExitStack() as server:
+            url = server.enter_context(
+                serving(Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")]))
+            )
+            async with RemoteToolshed(url, timeout_s=5) as shed:
+                session = shed.open_session([IMAGE])
+                first = await session.call("echo.echo", {"text": "up"})
+                await asyncio.to_thread(server.close)  # stops the server
+                return [first, *await session.call_many([("echo.echo", {"text": "down"})] * 2)]
+
+    first, *down = asyncio.run(scenario())
+    assert first.text == "up" and not first.is_error
+    for result in down:
+        assert result.is_error and result.text.startswith("Error: ConnectionError: ")
+
+
+def test_start_fails_clearly_when_no_server_listens() -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago, now closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConnectionError, match=rf"cannot use the Toolshed server at http://127.0.0.1:{port}"):
+        asyncio.run(RemoteToolshed(f"http://127.0.0.1:{port}").start())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [(["--toolset", "v9"], "unknown toolset 'v9'"), (["--profile", "perfect"], "unknown profile 'perfect'")],
+)
+def test_serve_rejects_an_unknown_toolset_or_profile(arguments: list[str], message: str) -> None:
+    app = typer.Typer()
+    app.command()(serve)
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 2 and message in result.output
+
+
+@pytest.mark.slow
+def test_serve_runs_the_v1_tools_with_the_same_results_as_in_process() -> None:
+    from spacetools.bench.evaluate import task_from_sample
+    from spacetools.bench.spatialsim.generator import generate
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = "import typer; from spacetools.cli.serve import serve; typer.run(serve)"
+    server = subprocess.Popen(
+        [sys.executable, "-c", command, "--port", str(port), "--profile", "realistic", "--seed", "5"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, server.communicate()[1].decode()[-2000:]
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "spacetools serve did not come up"
+            time.sleep(0.2)
+        (sample,) = generate(1, seed=0, families=["bopgrasp"], workers=1)["bopgrasp"]
+        task = task_from_sample(sample, "bopgrasp/0")
+
+        async def both() -> list[Any]:
+            async with RemoteToolshed(url) as remote, Toolshed("v1", profile="realistic", seed=5) as local:
+                return [await run_episode(ScriptedPolicy(), shed, task, seed=2) for shed in (remote, local)]
+
+        remote, local = asyncio.run(both())
+    finally:
+        server.terminate()
+        # SIGTERM shuts down cleanly: the lifespan closes the Toolshed and its worker processes (uvicorn
+        # then re-raises the signal, so the exit status is -SIGTERM).
+        log = server.communicate(timeout=60)[1].decode()
+        assert "Application shutdown complete" in log, log[-2000:]
+    assert remote.finish_reason == "answer" and remote.answer == local.answer
+    assert [call.name for call in remote.tool_calls][-1] == "grasp_generator.compute_grasp"
+    assert [call.result_text for call in remote.tool_calls] == [call.result_text for call in local.tool_calls]
