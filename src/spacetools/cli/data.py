@@ -53,7 +53,11 @@ def generate(
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--out") from error
     start = time.perf_counter()
-    by_family = generator.generate(n, seed, names, workers)
+    try:
+        by_family = generator.generate(n, seed, names, workers)
+    except RuntimeError as error:
+        console.print(f"[red]Error:[/red] {error}")
+        raise typer.Exit(1) from error
     generator.write_families(out, by_family)
     elapsed = time.perf_counter() - start
     console.print(balance_table(by_family, title=f"SpatialSim in {out}"))

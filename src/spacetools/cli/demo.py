@@ -36,8 +36,12 @@ def demo(
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--out") from error
     start = time.perf_counter()
-    with console.status(f"Generating {n} questions for each of {len(FAMILIES)} families..."):
-        by_family = generator.generate(n, seed)
+    try:
+        with console.status(f"Generating {n} questions for each of {len(FAMILIES)} families..."):
+            by_family = generator.generate(n, seed)
+    except RuntimeError as error:
+        console.print(f"[red]Error:[/red] {error}")
+        raise typer.Exit(1) from error
     generator.write_families(data, by_family)
     console.print(balance_table(by_family, title=f"SpatialSim (seed {seed}) in {data}"))
     console.print(

@@ -1,0 +1,76 @@
+"""RefSpatial-style pointing: locate an object by a spatial phrase, or free space to place one (mask truth)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from scipy import ndimage
+
+from spacetools.bench.dataset import encode_png_data_uri
+from spacetools.bench.spatialsim import templates
+from spacetools.bench.spatialsim.context import SIDES, SceneContext
+from spacetools.bench.spatialsim.freespace import vacant_region
+from spacetools.bench.spatialsim.question import Question, format_points
+from spacetools.bench.spatialsim.relations import relation_holds
+from spacetools.bench.spatialsim.robospatial import side_phrase
+
+#: The smallest free-space mask (pixels) worth asking about.
+MIN_PLACEMENT_PIXELS = 400
+
+
+def interior_point(mask: np.ndarray) -> tuple[float, float]:
+    """The normalized point of a mask farthest from its border (a safe reference answer)."""
+    distance = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+    y, x = np.unravel_index(int(np.argmax(distance)), mask.shape)
+    return (x + 0.5) / mask.shape[1], (y + 0.5) / mask.shape[0]
+
+
+def _mask_question(text: str, mask: np.ndarray, qa_type: str, ctx: SceneContext) -> Question:
+    return Question(
+        text=f"{text} {templates.REF_POINTS_INSTRUCTION}",
+        ground_truth=encode_png_data_uri(mask),
+        answer=format_points([interior_point(mask)]),
+        qa_type=qa_type,
+        image=ctx.view.rgb,
+    )
+
+
+def location(ctx: SceneContext, rng: np.random.Generator, index: int = 0) -> Question | None:
+    """ "the mug left of the red box": the phrase picks out exactly one object; truth is its mask."""
+    anchors = ctx.referable()
+    pairs = [(t, b) for t, b in itertools.product(ctx.visible, anchors) if t.index != b.index]
+    for k in rng.permutation(len(pairs)):
+        target, anchor = pairs[k]
+        # Prefer the bare category so that the spatial phrase is what disambiguates.
+        for label, same in (("category", "category"), ("name", "name")):
+            words = getattr(target, label)
+            rivals = [
+                t
+                for t in ctx.truths
+                if getattr(t, same) == words and t.index not in (target.index, anchor.index)
+            ]
+            for relation in rng.permutation(SIDES):
+                if relation_holds(target, anchor, str(relation)) is not True:
+                    continue
+                if all(relation_holds(r, anchor, str(relation)) is False for r in rivals):
+                    text = templates.pick(templates.LOCATION, rng, a=words, b=anchor.name, relation=relation)
+                    return _mask_question(text, target.mask, "location", ctx)
+    return None
+
+
+def placement(ctx: SceneContext, rng: np.random.Generator, index: int = 0) -> Question | None:
+    """Free table space on one side of an object for another one; truth is the free region's mask."""
+    objects = ctx.referable()
+    pairs = list(itertools.permutations(objects, 2))
+    for k in rng.permutation(len(pairs)):
+        item, anchor = pairs[k]
+        for side in rng.permutation(SIDES):
+            mask = ctx.region_mask(vacant_region(ctx, anchor.index, str(side)))
+            if int(mask.sum()) < MIN_PLACEMENT_PIXELS:
+                continue
+            text = templates.pick(
+                templates.PLACEMENT, rng, a=item.name, b=anchor.name, side=side_phrase(str(side))
+            )
+            return _mask_question(text, mask, "placement", ctx)
+    return None

@@ -1,0 +1,147 @@
+"""The evaluation harness end to end: SpatialSim parquet → scripted policy with live tools → run folder."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spacetools.agent.policies.scripted import ScriptedPolicy
+from spacetools.agent.types import EpisodeState
+from spacetools.bench.evaluate import (
+    HIDDEN_EXTRA_INFO_KEYS,
+    evaluate,
+    load_samples,
+    read_rows,
+    task_from_sample,
+)
+from spacetools.bench.spatialsim import generator
+from spacetools.bench.summary import Summary
+from spacetools.cli.main import app
+
+ONE_BENCH = "spatialsim_cvb2drelation"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two questions of every SpatialSim family."""
+    folder = tmp_path_factory.mktemp("spatialsim")
+    generator.export(folder, n=2, seed=11)
+    return folder
+
+
+class CountingPolicy(ScriptedPolicy):
+    """The scripted policy, counting the episodes it starts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes = 0
+
+    async def act(self, state: EpisodeState) -> str:
+        self.episodes += state.turn == 0
+        return await super().act(state)
+
+
+def test_tasks_never_carry_the_answer(data: Path) -> None:
+    samples = load_samples(data)
+    for key, sample in samples.items():
+        task = task_from_sample(sample, key)
+        assert not HIDDEN_EXTRA_INFO_KEYS & set(task.extra_info)
+        if len(sample.ground_truth) > 12:  # points, masks, corners: never copied anywhere the policy looks
+            assert sample.ground_truth not in json.dumps(task.extra_info) + task.question
+        assert task.scenes[0] == sample.extra_info["scene"]
+        assert "<image>" not in task.question
+
+
+def test_limit_and_bad_arguments(data: Path, tmp_path: Path) -> None:
+    assert len(load_samples(data, limit=1)) == 9
+    with pytest.raises(ValueError, match="limit must be at least 1"):
+        load_samples(data, limit=0)
+    with pytest.raises(FileNotFoundError, match="no parquet for keys"):
+        load_samples(data, ["spatialsim_nothing"])
+    with pytest.raises(ValueError, match="unknown profile"):
+        evaluate(ScriptedPolicy(), data, out_dir=tmp_path, profile="perfect")
+
+
+@pytest.mark.slow
+def test_cli_run_writes_summary_samples_and_report(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app, ["eval", "--policy", "scripted", "--data", str(data), "--out", str(out), "--profile", "exact"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "report.html" in result.output
+    rows = read_rows(out / "samples.jsonl")
+    assert sorted(row["id"] for row in rows) == sorted(load_samples(data))
+    summary = Summary.load(out)
+    assert summary.n == 18 and len(summary.benchmarks) == 9
+    for bench in summary.benchmarks.values():
+        assert bench.n == 2 and bench.policy_errors == 0
+        assert bench.tool_calls_mean >= 1 and bench.metrics["parse_rate"] == 100.0
+    # The paper's pose chain, in order, on every pose sample.
+    for row in rows:
+        if row["data_source"] == "spatialsim_boppose":
+            names = [call["name"] for call in row["trajectory"]["tool_calls"]]
+            assert names[-2:] == ["sam2.segment_from_point", "bounding_box.compute_bbox"]
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 18
+    for key in summary.benchmarks:
+        assert f"id='{key}'" in page
+
+
+@pytest.mark.slow
+def test_rerun_resumes_and_compare_prints_both_runs(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = CountingPolicy()
+    evaluate(first, data, out_dir=out, benches=[ONE_BENCH], profile="exact", limit=1)
+    assert first.episodes == 1
+    kept = (out / "samples.jsonl").read_text()
+
+    second = CountingPolicy()
+    summary = evaluate(second, data, out_dir=out, benches=[ONE_BENCH], profile="exact")
+    assert second.episodes == 1  # only the sample the first run did not do
+    assert (out / "samples.jsonl").read_text().startswith(kept)
+    assert summary.benchmarks[ONE_BENCH].n == 2
+
+    with pytest.raises(ValueError, match="other settings"):
+        evaluate(ScriptedPolicy(), data, out_dir=out, benches=[ONE_BENCH], profile="realistic")
+
+    other = tmp_path / "harsh"
+    evaluate(ScriptedPolicy(), data, out_dir=other, benches=[ONE_BENCH], profile="harsh")
+    result = CliRunner().invoke(app, ["eval", "compare", str(out), str(other / "summary.json")])
+    assert result.exit_code == 0, result.output
+    assert "cvb2drelation" in result.output and "accuracy" in result.output and "delta" in result.output
+
+
+class WorkerKillingPolicy(ScriptedPolicy):
+    """The scripted policy, SIGKILLing one live tool worker process before every third turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turns = 0
+        self.kills = 0
+
+    async def act(self, state: EpisodeState) -> str:
+        self.turns += 1
+        workers = [p for p in multiprocessing.active_children() if p.pid is not None and p.is_alive()]
+        if self.turns % 3 == 0 and workers:
+            os.kill(workers[self.turns % len(workers)].pid, signal.SIGKILL)  # type: ignore[arg-type]
+            self.kills += 1
+        return await super().act(state)
+
+
+@pytest.mark.slow
+def test_tool_workers_crashing_mid_run_lose_no_sample(data: Path, tmp_path: Path) -> None:
+    policy = WorkerKillingPolicy()
+    benches = ["spatialsim_boppose", "spatialsim_robospatial", "spatialsim_cvb3ddepth"]
+    summary = evaluate(policy, data, out_dir=tmp_path, benches=benches, profile="exact", concurrency=6)
+    assert policy.kills >= 3
+    rows = read_rows(tmp_path / "samples.jsonl")
+    assert sorted(row["id"] for row in rows) == sorted(load_samples(data, benches))
+    assert summary.n == 6
+    assert all(row["trajectory"]["error"] is None for row in rows)
