@@ -145,3 +145,37 @@ def test_tool_workers_crashing_mid_run_lose_no_sample(data: Path, tmp_path: Path
     assert sorted(row["id"] for row in rows) == sorted(load_samples(data, benches))
     assert summary.n == 6
     assert all(row["trajectory"]["error"] is None for row in rows)
+
+
+@pytest.mark.slow
+def test_system_prompt_file_reaches_every_episode(data: Path, tmp_path: Path) -> None:
+    template = tmp_path / "prompt.txt"
+    template.write_text("You are SpaceTools, trained with this exact prompt.\n{tools}\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        ["eval", "--policy", "scripted", "--data", str(data), "--out", str(out), "--profile", "exact"]
+        + ["--bench", ONE_BENCH, "--system-prompt", str(template), "--max-tool-response-chars", "300"],
+    )
+    assert result.exit_code == 0, result.output
+    rows = read_rows(out / "samples.jsonl")
+    assert rows
+    for row in rows:
+        system = row["trajectory"]["messages"][0]
+        assert system["role"] == "system"
+        assert system["content"].startswith("You are SpaceTools, trained with this exact prompt.")
+        assert '"name": "roborefer.detect_one"' in system["content"]
+        tool_texts = [m["content"] for m in row["trajectory"]["messages"] if m["role"] == "tool"]
+        assert tool_texts and all(
+            len(text) <= 300 + len("<tool_response>\n\n</tool_response>") for text in tool_texts
+        )
+
+
+def test_unreachable_toolshed_server_is_a_clear_error(data: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["eval", "--policy", "scripted", "--data", str(data), "--out", str(tmp_path / "run")]
+        + ["--bench", ONE_BENCH, "--toolshed-url", "http://127.0.0.1:9"],
+    )
+    assert result.exit_code == 1
+    assert "127.0.0.1:9" in " ".join(result.output.split())

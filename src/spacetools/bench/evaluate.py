@@ -28,19 +28,20 @@ from PIL import Image
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from spacetools.agent.protocol import DEFAULT_MAX_TOOL_RESPONSE_CHARS, read_prompt_template
 from spacetools.agent.rollout import run_episode
 from spacetools.agent.types import Policy, Task, Trajectory
 from spacetools.bench.dataset import Sample, read_samples
 from spacetools.bench.report import write_report
 from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.rewards import compute_score
-from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed import PROFILES, ToolDeployment, Toolshed
+from spacetools.toolshed.client import RemoteToolshed
 
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
 RUN_FILE = "run.json"
-PROFILES = ("exact", "realistic", "harsh")
 THUMBNAIL_WIDTH = 240
 
 # extra_info keys that carry the answer: a policy must never see them.
@@ -166,8 +167,8 @@ async def _run_tasks(
     samples_file: Path,
     *,
     concurrency: int,
-    max_turns: int,
     progress: Progress | None,
+    **episode_options: Any,
 ) -> None:
     """Run the pending episodes concurrently, appending one scored row per episode as it ends."""
     semaphore = asyncio.Semaphore(concurrency)
@@ -178,7 +179,7 @@ async def _run_tasks(
             async with semaphore:
                 started = time.perf_counter()
                 try:
-                    trajectory = await run_episode(policy, toolshed, task, max_turns=max_turns)
+                    trajectory = await run_episode(policy, toolshed, task, **episode_options)
                 except Exception as error:  # the row must exist even if the rollout itself breaks
                     trajectory = Trajectory(
                         task_id=task.id,
@@ -232,10 +233,21 @@ async def evaluate_async(
     toolset: str | Sequence[ToolDeployment] = "v1",
     seed: int = 0,
     max_turns: int = 8,
+    max_tool_response_chars: int = DEFAULT_MAX_TOOL_RESPONSE_CHARS,
+    system_prompt: Path | None = None,
+    toolshed_url: str | None = None,
     console: Console | None = None,
     report: bool = True,
 ) -> Summary:
-    """Async form of :func:`evaluate`."""
+    """Evaluate ``policy`` on the samples in ``data`` with live tools; write the run folder.
+
+    ``benches`` selects data sources (parquet stems); ``limit`` caps samples per benchmark; with
+    ``resume`` the ids already in ``samples.jsonl`` are skipped. ``system_prompt`` is a prompt template
+    file (``{tools}`` marks the tools block) for a model trained with its own prompt. With
+    ``toolshed_url`` the tools run in a Toolshed server (``spacetools serve``) instead of in this
+    process; ``toolset``, ``profile`` and ``seed`` are then the server's. A console shows a progress
+    bar and the final table. Returns the summary over every row of the run (resumed ones included).
+    """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     if concurrency < 1:
@@ -248,8 +260,12 @@ async def evaluate_async(
         "toolset": toolset if isinstance(toolset, str) else [repr(d) for d in toolset],
         "seed": seed,
         "max_turns": max_turns,
+        "max_tool_response_chars": max_tool_response_chars,
+        "system_prompt": str(system_prompt) if system_prompt else None,
+        "toolshed_url": toolshed_url,
         "data": str(data),
     }
+    prompt = read_prompt_template(system_prompt) if system_prompt else None
     _check_run_settings(out, settings, resume)
     samples_file = out / SAMPLES_FILE
     done = {row["id"] for row in read_rows(samples_file)}
@@ -268,7 +284,10 @@ async def evaluate_async(
             if console is not None
             else None
         )
-        async with Toolshed(toolset, profile=profile, seed=seed) as toolshed:
+        tools = (
+            RemoteToolshed(toolshed_url) if toolshed_url else Toolshed(toolset, profile=profile, seed=seed)
+        )
+        async with tools as toolshed:
             with progress if progress is not None else contextlib.nullcontext():
                 await _run_tasks(
                     policy,
@@ -276,8 +295,10 @@ async def evaluate_async(
                     pending,
                     samples_file,
                     concurrency=concurrency,
-                    max_turns=max_turns,
                     progress=progress,
+                    max_turns=max_turns,
+                    max_tool_response_chars=max_tool_response_chars,
+                    system_prompt=prompt,
                 )
     run_wall_s = time.perf_counter() - started
 
@@ -291,42 +312,6 @@ async def evaluate_async(
     return summary
 
 
-def evaluate(
-    policy: Policy,
-    data: str | Path,
-    *,
-    out_dir: str | Path,
-    benches: Sequence[str] | None = None,
-    profile: str = "realistic",
-    concurrency: int = 8,
-    limit: int | None = None,
-    resume: bool = True,
-    toolset: str | Sequence[ToolDeployment] = "v1",
-    seed: int = 0,
-    max_turns: int = 8,
-    console: Console | None = None,
-    report: bool = True,
-) -> Summary:
-    """Evaluate ``policy`` on the samples in ``data`` with live tools; write the run folder.
-
-    ``benches`` selects data sources (parquet stems); ``limit`` caps samples per benchmark; with
-    ``resume`` the ids already in ``samples.jsonl`` are skipped. A console shows a progress bar and
-    the final table. Returns the summary over every row of the run (resumed ones included).
-    """
-    return asyncio.run(
-        evaluate_async(
-            policy,
-            data,
-            out_dir=out_dir,
-            benches=benches,
-            profile=profile,
-            concurrency=concurrency,
-            limit=limit,
-            resume=resume,
-            toolset=toolset,
-            seed=seed,
-            max_turns=max_turns,
-            console=console,
-            report=report,
-        )
-    )
+def evaluate(policy: Policy, data: str | Path, **options: Any) -> Summary:
+    """Evaluate ``policy`` on ``data`` with live tools; the options are those of :func:`evaluate_async`."""
+    return asyncio.run(evaluate_async(policy, data, **options))

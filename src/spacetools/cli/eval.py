@@ -60,6 +60,21 @@ def run(
     option: list[str] | None = typer.Option(
         None, "--option", help="Policy option key=value, repeated (e.g. model=..., base_url=...)."
     ),
+    system_prompt: Path | None = typer.Option(
+        None,
+        "--system-prompt",
+        exists=True,
+        dir_okay=False,
+        help="System prompt template file ({tools} marks the tools block); default: our own prompt.",
+    ),
+    max_tool_response_chars: int = typer.Option(
+        2048, "--max-tool-response-chars", min=1, help="Longer tool responses are cut in the middle."
+    ),
+    toolshed_url: str | None = typer.Option(
+        None,
+        "--toolshed-url",
+        help="Use a running Toolshed server (spacetools serve) instead of local tools.",
+    ),
 ) -> None:
     """Evaluate a policy on benchmark samples with live tools and write a run folder."""
     if ctx.invoked_subcommand is not None:
@@ -97,11 +112,14 @@ def run(
             resume=resume,
             seed=seed,
             max_turns=max_turns,
+            max_tool_response_chars=max_tool_response_chars,
+            system_prompt=system_prompt,
+            toolshed_url=toolshed_url,
             console=console,
         )
     except FileNotFoundError as error:
         raise typer.BadParameter(str(error), param_hint="--data") from error
-    except ValueError as error:
+    except (ValueError, ConnectionError) as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(1) from error
     console.print(

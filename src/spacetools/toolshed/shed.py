@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from spacetools.tools.definition import ToolContext, ToolError, ToolMethod, ToolResult, ToolSpec, tool_methods
+from spacetools.tools.realism import PROFILE_NAMES
 from spacetools.toolshed.backends import BACKENDS
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
@@ -28,7 +29,7 @@ from spacetools.toolshed.variables import resolve_references
 
 __all__ = ["PROFILES", "Session", "Toolshed"]
 
-PROFILES = ("exact", "realistic", "harsh")
+PROFILES = PROFILE_NAMES  # the realism profiles simulated tools understand
 Arguments = Mapping[str, Any] | str | None
 
 
