@@ -18,7 +18,8 @@ from scipy.spatial.transform import Rotation
 from spacetools.sim.camera import Camera
 from spacetools.sim.catalogue import ObjectChoice, object_names, sample_choice
 from spacetools.sim.groundtruth import ObjectTruth, compute_ground_truth, oriented_box
-from spacetools.sim.scene import ObjectSpec, SceneSpec
+from spacetools.sim.scene import ObjectSpec, SceneSpec, Vec3
+from spacetools.sim.visualbox import visual_box
 
 TABLE_HALF_EXTENTS = (0.5, 0.5, 0.025)
 """The table top (its upper surface is the world plane z = 0)."""
@@ -357,8 +358,12 @@ def _create_body(client: int, shape: str, asset: str | None, scale: float,
     return body
 
 
-def _measure_box(client: int, body: int) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-    """Half extents and centre of a body's bounding box in its own (inertial) frame."""
+def _collision_box(client: int, body: int) -> tuple[Vec3, Vec3]:
+    """Half extents and centre of a body's collision bounds (shapes plus margin) in its base frame.
+
+    This is the body's physical reach, used to drop and space objects; the ground-truth box is the tighter
+    visual one (`visual_box`).
+    """
     pybullet.resetBasePositionAndOrientation(
         body, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0), physicsClientId=client
     )
@@ -385,10 +390,14 @@ def sample_camera(rng: np.random.Generator, width: int = 640, height: int = 480)
 
 @dataclass
 class _Placed:
+    """An object being placed: its box as seen (for the spec) and its collision box (for placement)."""
+
     choice: ObjectChoice
     body: int
-    half_extents: tuple[float, float, float]
-    box_offset: tuple[float, float, float]
+    half_extents: Vec3
+    box_offset: Vec3
+    collision_half_extents: Vec3
+    collision_offset: Vec3
 
 
 def _sample_choices(rng: np.random.Generator, count: int, taken: set[tuple[str, str | None, str | None]]) -> list[ObjectChoice]:  # fmt: skip
@@ -403,7 +412,12 @@ def _sample_choices(rng: np.random.Generator, count: int, taken: set[tuple[str, 
 
 def _drop(client: int, rng: np.random.Generator, placed: _Placed, others: list[tuple[NDArray[np.float64], float]]) -> tuple[NDArray[np.float64], float] | None:  # fmt: skip
     """Put `placed` at a free spot just above the table, or return None if no spot is found."""
-    half, offset = np.asarray(placed.half_extents), np.asarray(placed.box_offset)
+    half, offset = np.asarray(placed.collision_half_extents), np.asarray(placed.collision_offset)
+    height = half[2] - offset[2] + DROP_HEIGHT
+    if pybullet.getDynamicsInfo(placed.body, -1, physicsClientId=client)[0] == 0.0:
+        # A static body (mass 0, like the tray) never falls, so it is set down with its visible bottom
+        # on the table rather than dropped from just above it.
+        height = placed.half_extents[2] - placed.box_offset[2]
     radius = float(np.hypot(half[0], half[1]))  # upright at any yaw, the box stays inside this circle
     (x_low, x_high), (y_low, y_high) = PLACEMENT_REGION
     for _ in range(200):
@@ -412,7 +426,7 @@ def _drop(client: int, rng: np.random.Generator, placed: _Placed, others: list[t
         if all(np.linalg.norm(centre - c) >= radius + r + MIN_GAP for c, r in others):
             rotation = Rotation.from_euler("z", yaw)
             shift = rotation.apply(offset)
-            position = (centre[0] - shift[0], centre[1] - shift[1], half[2] - offset[2] + DROP_HEIGHT)
+            position = (centre[0] - shift[0], centre[1] - shift[1], height)
             pybullet.resetBasePositionAndOrientation(
                 placed.body, position, rotation.as_quat(), physicsClientId=client
             )
@@ -421,20 +435,20 @@ def _drop(client: int, rng: np.random.Generator, placed: _Placed, others: list[t
 
 
 def _new_object(client: int, choice: ObjectChoice) -> _Placed:
-    """Create the body of a catalogue draw and measure its box in its own frame."""
+    """Create the body of a catalogue draw and measure its boxes in its own frame."""
     body = _create_body(client, choice.kind.shape, choice.asset, choice.kind.scale,
                         choice.half_extents or (0.01, 0.01, 0.01), choice.rgba)  # fmt: skip
-    if choice.half_extents is not None:
-        return _Placed(choice, body, choice.half_extents, (0.0, 0.0, 0.0))
-    half, offset = _measure_box(client, body)
-    return _Placed(choice, body, half, offset)
+    if choice.half_extents is not None:  # a primitive is exactly as large as it was made
+        centred = (0.0, 0.0, 0.0)
+        return _Placed(choice, body, choice.half_extents, centred, choice.half_extents, centred)
+    return _Placed(choice, body, *visual_box(client, body), *_collision_box(client, body))
 
 
 def _footprint(client: int, item: _Placed) -> tuple[NDArray[np.float64], float]:
     """Centre (x, y) of an object's box on the table and the radius of a circle around it."""
     position, orientation = pybullet.getBasePositionAndOrientation(item.body, physicsClientId=client)
-    centre = np.asarray(position) + Rotation.from_quat(orientation).apply(item.box_offset)
-    return centre[:2], float(np.linalg.norm(item.half_extents))
+    centre = np.asarray(position) + Rotation.from_quat(orientation).apply(item.collision_offset)
+    return centre[:2], float(np.linalg.norm(item.collision_half_extents))
 
 
 def _is_settled_badly(client: int, placed: _Placed, earlier: list[_Placed]) -> bool:
