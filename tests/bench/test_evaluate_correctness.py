@@ -48,11 +48,6 @@ def test_configuration_yes_no_reaches_095(exact_run: tuple[list[dict], dict[str,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the scripted compatibility plan answers Yes whenever the pointer finds free space on "
-    "that side; it does not yet compare the item's footprint with the free region (about 0.5 on exact)",
-)
 def test_compatibility_yes_no_reaches_095(exact_run: tuple[list[dict], dict[str, str]]) -> None:
     rows, qa_types = exact_run
     assert _mean_score([r for r in rows if qa_types[r["id"]] == "compatibility"]) >= 0.95

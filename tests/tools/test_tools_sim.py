@@ -12,7 +12,6 @@ from spacetools.tools.definition import ToolContext, ToolResult, invoke_tool_met
 from spacetools.tools.depth import DepthEstimatorTool
 from spacetools.tools.pointing import RoboReferTool, VLMPointingTool, detection_variable
 from spacetools.tools.projection import pixel_index
-from spacetools.tools.referring import TableFrame, table_mask
 from spacetools.tools.segmentation import Sam2Tool
 from spacetools.tools.simworld import render_observation
 from spacetools.tools.vision_ops import VisionOpsTool
@@ -83,7 +82,6 @@ def test_detect_all_finds_every_instance_of_a_category(tools, scenes, make_ctx: 
 def test_relations_pick_an_object_on_that_side_of_the_anchor(tools, scenes, make_ctx: MakeContext) -> None:
     for rendered in scenes:
         observation = render_observation(rendered_spec(rendered), *rendered.view.rgb.shape[1::-1])
-        frame = TableFrame(observation)
         anchor = rendered.referable()[0]
         for side in ("left of", "right of", "in front of", "behind"):
             expression = f"the object {side} the {anchor.name}"
@@ -98,7 +96,9 @@ def test_relations_pick_an_object_on_that_side_of_the_anchor(tools, scenes, make
             on_side = [
                 i
                 for i in others
-                if (frame.centre(i) - frame.centre(anchor.index)) @ frame.direction(side) > 0
+                if (observation.centre(i) - observation.centre(anchor.index))
+                @ observation.side_direction(side)
+                > 0
             ]
             if not on_side:
                 assert result.text.startswith("Detected 0 instance(s)")
@@ -115,8 +115,7 @@ def rendered_spec(rendered: RenderedScene):
 
 def test_vacant_space_points_at_free_table_on_that_side(tools, scene, make_ctx: MakeContext) -> None:
     observation = render_observation(rendered_spec(scene), 640, 480)
-    frame = TableFrame(observation)
-    table = table_mask(observation)
+    table = observation.table_pixels
     anchor = scene.referable()[0]
     for side in ("in front of", "left of"):
         result = call(
@@ -130,8 +129,8 @@ def test_vacant_space_points_at_free_table_on_that_side(tools, scene, make_ctx: 
         for u, v in points:
             row, col = pixel_index(u, v, 640, 480)
             assert table[row, col]
-            offset = observation.world_points[row, col, :2] - frame.centre(anchor.index)
-            assert offset @ frame.direction(side) > 0
+            offset = observation.world_points[row, col, :2] - observation.centre(anchor.index)
+            assert offset @ observation.side_direction(side) > 0
 
 
 def test_unknown_names_find_nothing_on_the_exact_profile(tools, scene, make_ctx: MakeContext) -> None:
@@ -171,7 +170,7 @@ def test_segment_from_point_returns_the_instance_mask(tools, scenes, make_ctx: M
 
 def test_segmenting_the_table_gives_a_surface_with_a_lower_score(tools, scene, make_ctx: MakeContext) -> None:
     observation = render_observation(rendered_spec(scene), 640, 480)
-    rows, cols = np.nonzero(table_mask(observation))
+    rows, cols = np.nonzero(observation.table_pixels)
     point = f"[({(cols[0] + 0.5) / 640:.4f}, {(rows[0] + 0.5) / 480:.4f})]"
     result = call(tools["sam2"], "sam2.segment_from_points", make_ctx(scene), points=point, image_index=0)
     mask = result.variables["segmentation_mask"]

@@ -2,9 +2,10 @@
 
 Both resolve the expression against the scene behind the image (`referring`) and answer with points
 inside the target, as normalized (x, y). RoboRefer understands relations and free space ("the mug
-left of the tray", "vacant space in front of the box"); the generic VLM (Molmo in the paper) only
-matches object words, ignoring relations. The realism profile adds jitter, misses on ambiguous
-expressions, guesses on unknown names and failed calls.
+left of the tray", "vacant space in front of the box") and placements ("free space left of the tray
+where the mug can be placed": the centre of a spot where the mug fits, or nothing when it does not);
+the generic VLM (Molmo in the paper) only matches object words, ignoring relations. The realism
+profile adds jitter, misses on ambiguous expressions, guesses on unknown names and failed calls.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from spacetools.sim.observation import Observation
 from spacetools.tools.definition import ToolContext, ToolResult, tool_method
 from spacetools.tools.overlays import draw_points
 from spacetools.tools.realism import Profile, maybe_fail, perturb_point
@@ -24,7 +26,7 @@ from spacetools.tools.referring import (
     resolve,
     spread_points,
 )
-from spacetools.tools.simworld import Observation, SimulatedTool
+from spacetools.tools.simworld import SimulatedTool
 
 MAX_FREE_SPACE_POINTS = 5
 """`detect_all` on free space returns up to this many points spread over the region."""
@@ -51,7 +53,9 @@ def point_at(
 ) -> np.ndarray:
     """The normalized points ``(N, 2)`` a pointing model answers for ``obj_name`` (N may be 0)."""
     resolution = resolve(observation, parse_expression(obj_name), use_relations)
-    if resolution.region is not None:
+    if resolution.points is not None:
+        points = resolution.points
+    elif resolution.region is not None:
         if not resolution.region.any():
             return np.zeros((0, 2))
         points = spread_points(resolution.region, MAX_FREE_SPACE_POINTS if all_instances else 1)

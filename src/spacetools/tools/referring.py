@@ -2,9 +2,12 @@
 
 Understood phrases: object names and their words ("red mug", "mug", "small blue box", plurals),
 superlatives ("the leftmost box", "the nearest ball"), a relation to an anchor ("the mug left of the
-tray", "the ball in front of the box", "the cube next to the duck") and free space ("vacant space in
-front of the box", "free spot on the table right of the mug"). Sides are seen from the camera, on the
-table: "left of" is towards the camera's left, "in front of" is nearer the camera, as in SpatialSim.
+tray", "the ball in front of the box", "the cube next to the duck"), free space ("vacant space in
+front of the box", "free spot on the table right of the mug") and free space for an object ("free
+space left of the box where the mug can be placed", "a spot behind the tray to place the duck",
+"space right of the box that fits the ball"). Sides are seen from the camera, on the table: "left of"
+is towards the camera's left, "in front of" is nearer the camera, as in SpatialSim. The geometry
+(sides, free space, fitting) is `spacetools.sim.freespace`, shared with the question generator.
 """
 
 from __future__ import annotations
@@ -13,21 +16,12 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import shapely
 from scipy import ndimage
-from shapely.geometry import Polygon
 
-from spacetools.tools.simworld import Observation
+from spacetools.sim.freespace import free_table, placement, vacant_region, vacant_ring
+from spacetools.sim.observation import SIDES, Observation
 
-SIDES = ("left of", "right of", "in front of", "behind")
 RELATIONS = (*SIDES, "near")
-
-NEAR_DISTANCE_M = 0.15
-"""Free space "close to" an anchor reaches this far from its footprint."""
-VACANT_MARGIN_M = 0.02
-"""Free space keeps this distance from every object."""
-TABLE_TOLERANCE_M = 0.004
-"""A background pixel is bare table when its world height is this close to the table top (z = 0)."""
 
 # Relation phrases, most specific first; each maps to a canonical relation.
 _RELATION_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -49,6 +43,11 @@ _RELATION_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"near(?:by)?", "near"),
 )
 _RELATION_REGEX = re.compile(r"\b(" + "|".join(p for p, _ in _RELATION_PATTERNS) + r")\b")
+# In free-space requests, what follows the anchor from here on names the object to place:
+# "… the box where the mug can be placed", "… for the mug", "… to put the mug", "… that fits the mug".
+_PLACEMENT_REGEX = re.compile(
+    r"\b(?:where|for|that|which|to (?=place|put|set|fit|hold)|(?:(?:big|large|wide) )?enough)\b"
+)
 
 _FREE_SPACE_WORDS = frozenset(
     {"vacant", "free", "empty", "space", "spot", "area", "room", "unoccupied", "open"}
@@ -146,6 +145,19 @@ _FILLER = frozenset(
         "instances",
         "from",
         "close",
+        # Placement verbs and pronouns ("where I could put the mug", "that fits the ball").
+        "fit",
+        "fits",
+        "hold",
+        "holds",
+        "go",
+        "goes",
+        "i",
+        "we",
+        "you",
+        "will",
+        "should",
+        "enough",
     ]
 )
 
@@ -166,6 +178,8 @@ class Expression:
     free_space: bool
     relation: str | None = None
     anchor: Descriptor | None = None
+    item: Descriptor | None = None
+    """In a free-space request, the object that must fit there ("… where the mug can be placed")."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +188,8 @@ class Resolution:
 
     objects: tuple[int, ...] = ()
     region: np.ndarray | None = None
+    points: np.ndarray | None = None
+    """Normalized ``(N, 2)`` points of an object's placement (``N = 0`` when it does not fit)."""
     matched: bool = True
     """False when no object (or no anchor) matched the words: a model would be guessing."""
 
@@ -206,10 +222,16 @@ def parse_expression(text: str) -> Expression:
     chosen = next((i for i, rel in enumerate(canonical) if rel in SIDES), 0)
     head = normalized[: matches[0].start()]
     anchor_text = normalized[matches[chosen].end() :]
-    anchor = parse_descriptor(anchor_text)
-    target = parse_descriptor(head)
     free_space = free_space and not _FREE_SPACE_WORDS.isdisjoint(head.split())
-    return Expression(target, free_space, canonical[chosen], anchor)
+    item = None
+    connector = _PLACEMENT_REGEX.search(anchor_text) if free_space else None
+    if connector is not None:
+        words = parse_descriptor(anchor_text[connector.end() :])
+        item = words if words.words else None  # "free space left of the box for placing": no object
+        anchor_text = anchor_text[: connector.start()]
+    return Expression(
+        parse_descriptor(head), free_space, canonical[chosen], parse_descriptor(anchor_text), item
+    )
 
 
 def _canonical(phrase: str) -> str:
@@ -263,65 +285,30 @@ def best_partial_match(observation: Observation, descriptor: Descriptor) -> list
     return [index for index, score in scores.items() if score == top and top > 0]
 
 
-class TableFrame:
-    """Directions on the table as seen from the camera, and object footprints in world (x, y)."""
-
-    def __init__(self, observation: Observation) -> None:
-        self.observation = observation
-        pose = observation.view.camera.cam_to_world
-        self.right = _unit(pose[:2, 0])
-        self.away = _unit(pose[:2, 2])
-
-    def direction(self, side: str) -> np.ndarray:
-        """The world (x, y) unit vector of a side as seen from the camera."""
-        return {
-            "left of": -self.right,
-            "right of": self.right,
-            "in front of": -self.away,
-            "behind": self.away,
-        }[side]
-
-    def centre(self, index: int) -> np.ndarray:
-        """An object's box centre in world (x, y)."""
-        return self.observation.truths[index].obb_corners_world[:, :2].mean(axis=0)
-
-    def footprint(self, index: int) -> Polygon:
-        """An object's footprint on the table: the hull of its box corners in world (x, y)."""
-        return shapely.MultiPoint(self.observation.truths[index].obb_corners_world[:, :2]).convex_hull
-
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    norm = float(np.linalg.norm(vector))
-    if norm < 1e-6:
-        return np.array([1.0, 0.0])
-    return np.asarray(vector, dtype=float) / norm
-
-
-def rank_by_relation(frame: TableFrame, candidates: list[int], relation: str, anchor: int) -> list[int]:
+def rank_by_relation(obs: Observation, candidates: list[int], relation: str, anchor: int) -> list[int]:
     """Candidates that stand in ``relation`` to ``anchor``, best first (an empty list when none does)."""
-    anchor_centre = frame.centre(anchor)
+    anchor_centre = obs.centre(anchor)
     others = [c for c in candidates if c != anchor]
     if relation == "near":
-        return sorted(others, key=lambda c: frame.footprint(c).distance(frame.footprint(anchor)))
-    direction = frame.direction(relation)
+        return sorted(others, key=lambda c: obs.footprint(c).distance(obs.footprint(anchor)))
+    direction = obs.side_direction(relation)
     lateral = np.array([-direction[1], direction[0]])
     scored = []
     for candidate in others:
-        offset = frame.centre(candidate) - anchor_centre
+        offset = obs.centre(candidate) - anchor_centre
         along, across = float(offset @ direction), abs(float(offset @ lateral))
         if along > 0:
             scored.append((along - 0.5 * across, candidate))
     return [candidate for _, candidate in sorted(scored, reverse=True)]
 
 
-def rank_by_superlative(frame: TableFrame, candidates: list[int], superlative: str) -> list[int]:
+def rank_by_superlative(obs: Observation, candidates: list[int], superlative: str) -> list[int]:
     """Candidates ordered by a superlative, best first."""
-    observation = frame.observation
 
     def key(index: int) -> float:
-        truth = observation.truths[index]
+        truth = obs.truths[index]
         if superlative in ("leftmost", "rightmost"):
-            across = float(frame.centre(index) @ frame.right)
+            across = float(obs.centre(index) @ obs.right)
             return across if superlative == "leftmost" else -across
         if superlative in ("nearest", "farthest"):
             depth = float(truth.position_camera[2])
@@ -332,68 +319,56 @@ def rank_by_superlative(frame: TableFrame, candidates: list[int], superlative: s
     return sorted(candidates, key=key)
 
 
-def table_mask(observation: Observation) -> np.ndarray:
-    """``(H, W)`` bool: pixels showing the bare table top."""
-    heights = observation.world_points[..., 2]
-    return (observation.view.segmentation < 0) & (np.abs(heights) < TABLE_TOLERANCE_M)
-
-
-def free_space_region(frame: TableFrame, side: str | None, anchor: int | None) -> np.ndarray:
+def free_space_region(obs: Observation, side: str | None, anchor: int | None) -> np.ndarray:
     """``(H, W)`` bool: bare table away from every object, beside ``anchor`` on ``side`` when given."""
-    observation = frame.observation
-    table = table_mask(observation)
-    footprints = [frame.footprint(t.index) for t in observation.truths]
-    blocked = shapely.union_all(footprints).buffer(VACANT_MARGIN_M)
     if anchor is not None and side is not None:
-        allowed = _side_band(frame, anchor, side).difference(blocked)
-    elif anchor is not None:  # "near": a ring around the anchor
-        allowed = frame.footprint(anchor).buffer(NEAR_DISTANCE_M).difference(blocked)
-    else:
-        allowed = shapely.box(-10.0, -10.0, 10.0, 10.0).difference(blocked)
-    points = observation.world_points[table]
-    region = np.zeros(table.shape, dtype=bool)
-    if not allowed.is_empty:
-        region[table] = shapely.contains_xy(allowed, points[:, 0], points[:, 1])
-    return region
+        return obs.region_mask(vacant_region(obs, anchor, side))
+    if anchor is not None:  # "near": any side
+        return obs.region_mask(vacant_ring(obs, anchor))
+    return obs.region_mask(free_table(obs))
 
 
-def _side_band(frame: TableFrame, anchor: int, side: str) -> Polygon:
-    """The band of table on one side of the anchor: as wide as the anchor, ``NEAR_DISTANCE_M`` deep."""
-    direction = frame.direction(side)
-    lateral = np.array([-direction[1], direction[0]])
-    coords = np.asarray(frame.footprint(anchor).exterior.coords)
-    centre = frame.centre(anchor)
-    along, across = (coords - centre) @ direction, (coords - centre) @ lateral
-    near, far = along.max(), along.max() + NEAR_DISTANCE_M
-    low, high = across.min(), across.max()
-    return Polygon(
-        [
-            centre + a * direction + b * lateral
-            for a, b in ((near, low), (far, low), (far, high), (near, high))
-        ]
-    )
+def placement_points(obs: Observation, item: int, anchor: int, side: str | None) -> np.ndarray:
+    """Normalized ``(N, 2)`` image point of ``item``'s placement beside ``anchor`` (N = 0: it does not fit).
+
+    Without a side ("next to the box") the sides are tried in `SIDES` order.
+    """
+    for candidate_side in SIDES if side is None else (side,):
+        centre = placement(obs, item, anchor, candidate_side)
+        if centre is not None:
+            return obs.project(centre)[None]
+    return np.zeros((0, 2))
+
+
+def _first_match(obs: Observation, descriptor: Descriptor, exclude: int | None = None) -> int | None:
+    """The object a descriptor names (best by its superlative), never ``exclude``; None if none."""
+    found = [i for i in matching_objects(obs, descriptor) if i != exclude]
+    if descriptor.superlative:
+        found = rank_by_superlative(obs, found, descriptor.superlative)
+    return found[0] if found else None
 
 
 def resolve(observation: Observation, expression: Expression, use_relations: bool = True) -> Resolution:
     """Resolve an expression in a scene. ``use_relations=False`` ignores relations and free space
     (a generic pointing model that only knows object names)."""
-    frame = TableFrame(observation)
     anchor = None
     if use_relations and expression.relation is not None and expression.anchor is not None:
-        anchors = matching_objects(observation, expression.anchor)
-        if expression.anchor.superlative:
-            anchors = rank_by_superlative(frame, anchors, expression.anchor.superlative)
-        if not anchors:
+        anchor = _first_match(observation, expression.anchor)
+        if anchor is None:
             return Resolution(matched=False)
-        anchor = anchors[0]
     if expression.free_space and use_relations:
         side = expression.relation if expression.relation in SIDES else None
-        return Resolution(region=free_space_region(frame, side, anchor))
+        if expression.item is None or anchor is None:
+            return Resolution(region=free_space_region(observation, side, anchor))
+        item = _first_match(observation, expression.item, exclude=anchor)
+        if item is None:
+            return Resolution(matched=False)
+        return Resolution(points=placement_points(observation, item, anchor, side))
     candidates = matching_objects(observation, expression.target)
     if anchor is not None and expression.relation is not None:
-        candidates = rank_by_relation(frame, candidates, expression.relation, anchor)
+        candidates = rank_by_relation(observation, candidates, expression.relation, anchor)
     if expression.target.superlative:
-        candidates = rank_by_superlative(frame, candidates, expression.target.superlative)[:1]
+        candidates = rank_by_superlative(observation, candidates, expression.target.superlative)[:1]
     return Resolution(objects=tuple(candidates), matched=bool(candidates))
 
 

@@ -10,46 +10,16 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
-from functools import cached_property
 
-import numpy as np
 from pydantic import ValidationError
 
-from spacetools.sim.groundtruth import ObjectTruth
-from spacetools.sim.scene import ObjectSpec, SceneSpec
-from spacetools.sim.world import Scene, View
+from spacetools.sim.observation import Observation
+from spacetools.sim.scene import SceneSpec
+from spacetools.sim.world import Scene
 from spacetools.tools.definition import Tool, ToolContext, ToolError
 from spacetools.tools.realism import Profile, get_profile
 
 DEFAULT_CACHE_SIZE = 8
-
-
-@dataclass
-class Observation:
-    """A rendered scene: its spec, the view at the conversation image's size and per-object truth."""
-
-    spec: SceneSpec
-    view: View
-    truths: list[ObjectTruth]
-
-    @property
-    def objects(self) -> list[ObjectSpec]:
-        """The scene's objects, in index order (the same order as `truths`)."""
-        return self.spec.objects
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """Image ``(width, height)``."""
-        height, width = self.view.depth.shape
-        return width, height
-
-    @cached_property
-    def world_points(self) -> np.ndarray:
-        """``(H, W, 3)`` world coordinates of every pixel's surface point."""
-        camera = self.view.camera
-        points = camera.backproject(self.view.depth).reshape(-1, 3)
-        return camera.camera_to_world(points).reshape((*self.view.depth.shape, 3))
 
 
 class SceneCache:
@@ -91,9 +61,7 @@ def render_observation(spec: SceneSpec, width: int, height: int) -> Observation:
     if (camera.width, camera.height) != (width, height):
         camera = camera.resized(width, height)
     with Scene.from_spec(spec) as scene:
-        view = scene.render(camera)
-        truths = scene.ground_truth(view)
-    return Observation(spec=spec, view=view, truths=truths)
+        return Observation.from_scene(scene, camera)
 
 
 class SimulatedTool(Tool):

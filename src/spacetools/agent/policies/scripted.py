@@ -715,12 +715,32 @@ class ScriptedPolicy:
         return format_answer_turn(answer)
 
 
+def placement_phrase(relation: str, anchor: str, item: str) -> str:
+    """The pointing request for a spot beside ``anchor`` where ``item`` fits."""
+    side = f"to the {relation}" if relation in ("left of", "right of") else relation
+    return f"free space {side} the {anchor} where the {item} can be placed"
+
+
 def plan_compatibility(task: Task, replay: ToolReplay) -> Answer:
-    """Yes/no "can the A fit <side> the B?": ask the pointing model for free space there."""
+    """Yes/no "can the A fit <side> the B?": ask the spatial pointer where the A can be placed there.
+
+    RoboRefer answers a placement request with a point only when the A fits, so a point means Yes and
+    an empty detection means No. A failed call is asked once more; the second pointing model is never
+    asked, since it ignores relations and would point at an object whatever the free space.
+    """
     match = _match(_COMPATIBILITY_RE, task.question, "compatibility")
     item, anchor, relation = _group(match, "a", "a2"), _group(match, "b"), _relation(match)
-    phrase = _free_space_phrase(relation, anchor)
-    (point,), _ = locate(replay, [phrase], reserve=0)
+    phrase = placement_phrase(relation, anchor, item)
+    (outcome,) = replay.call(
+        f"I ask where the {item} could be placed {relation} the {anchor}.", detect(phrase)
+    )
+    if outcome.is_error and replay.turns_left > 0:
+        (outcome,) = replay.call("The pointing call failed; I ask again.", detect(phrase))
+    if outcome.is_error:
+        return Answer(
+            "No", f"The pointing model could not tell me where the {item} would fit, so I cannot confirm it."
+        )
+    point = first_point(outcome)
     if point is None:
-        return Answer("No", f"There is no {phrase} large enough for the {item}.")
-    return Answer("Yes", f"There is {phrase} at {fmt_point(point)} where the {item} fits.")
+        return Answer("No", f"There is no free space {relation} the {anchor} where the {item} fits.")
+    return Answer("Yes", f"The {item} can be placed {relation} the {anchor}, at {fmt_point(point)}.")

@@ -9,11 +9,12 @@ from scipy import ndimage
 
 from spacetools.bench.dataset import encode_png_data_uri
 from spacetools.bench.spatialsim import templates
-from spacetools.bench.spatialsim.context import SIDES, SceneContext
-from spacetools.bench.spatialsim.freespace import vacant_region
+from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question, format_points
 from spacetools.bench.spatialsim.relations import relation_holds
 from spacetools.bench.spatialsim.robospatial import side_phrase
+from spacetools.sim.freespace import vacant_region
+from spacetools.sim.observation import SIDES
 
 #: The smallest free-space mask (pixels) worth asking about.
 MIN_PLACEMENT_PIXELS = 400

@@ -7,10 +7,11 @@ import itertools
 import numpy as np
 
 from spacetools.bench.spatialsim import templates
-from spacetools.bench.spatialsim.context import SIDES, SceneContext
-from spacetools.bench.spatialsim.freespace import compatibility, vacant_region
+from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question, format_points
 from spacetools.bench.spatialsim.relations import RELATIONS, relation_holds
+from spacetools.sim.freespace import compatibility, vacant_region
+from spacetools.sim.observation import SIDES
 
 QA_TYPES = ("configuration", "compatibility", "vacant")
 #: Vacant ground truth: how many free-region points to list, and the fewest that make a question.

@@ -1,0 +1,128 @@
+"""Free table space beside an object and whether (and where) another object fits there.
+
+Everything is decided on shapely footprints in world (x, y) over an `Observation`. The margins, in
+metres, used by both the question generator and the simulated pointing tools:
+
+- `NEAR_DISTANCE_M`: a side band "close to" an object reaches this far from its footprint's edge; a
+  placement beside it starts its footprint within this distance of that edge.
+- `VACANT_MARGIN_M`: vacant space keeps this distance from every object, so a point in it touches none.
+- `CLEARANCE_M`: a placed object needs this much room from every other one to count as fitting. A fit
+  only counts as impossible when it fails even with zero clearance, so every decided compatibility
+  answer survives a `CLEARANCE_M` error in either direction (in between is too close to call).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import shapely
+from shapely.geometry import Polygon
+
+from spacetools.sim.observation import Observation
+
+NEAR_DISTANCE_M = 0.15
+VACANT_MARGIN_M = 0.02
+CLEARANCE_M = 0.015
+FIT_YAWS_DEG = (0.0, 45.0, 90.0, 135.0)
+"""Yaw angles (about the world z axis) tried when placing an object."""
+FIT_STEPS = 7
+"""Placements tried per yaw along each axis of the band (depth and width)."""
+
+
+def side_band(obs: Observation, anchor: int, side: str, reach: float = NEAR_DISTANCE_M) -> Polygon:
+    """The band on one side of `anchor`: as wide as the anchor, `reach` deep from its edge."""
+    direction = obs.side_direction(side)
+    lateral = np.array([-direction[1], direction[0]])
+    footprint = obs.footprint(anchor)
+    coords = np.asarray(footprint.exterior.coords)
+    centre = np.asarray(footprint.centroid.coords[0])
+    along = (coords - centre) @ direction
+    across = (coords - centre) @ lateral
+    near, far = along.max(), along.max() + reach
+    low, high = across.min(), across.max()
+    corners = [
+        centre + a * direction + b * lateral for a, b in ((near, low), (far, low), (far, high), (near, high))
+    ]
+    return Polygon(corners)
+
+
+def free_table(obs: Observation) -> Polygon:
+    """The visible table top away from every object (by `VACANT_MARGIN_M`)."""
+    return obs.table.difference(obs.obstacles().buffer(VACANT_MARGIN_M))
+
+
+def vacant_region(obs: Observation, anchor: int, side: str) -> Polygon:
+    """Free table on a side of `anchor`: its side band inside the table, away from every object."""
+    return side_band(obs, anchor, side).intersection(free_table(obs))
+
+
+def vacant_ring(obs: Observation, anchor: int) -> Polygon:
+    """Free table close to `anchor` on any side: within `NEAR_DISTANCE_M` of its footprint."""
+    return obs.footprint(anchor).buffer(NEAR_DISTANCE_M).intersection(free_table(obs))
+
+
+def _candidates(obs: Observation, item: int, anchor: int, side: str) -> tuple[np.ndarray, np.ndarray]:
+    """Footprints of `item` moved into the band beside `anchor` over a grid of offsets and yaws.
+
+    Returns the shapely polygons and each one's ``(gap, lateral offset)`` from the anchor: how far its
+    near edge is from the anchor's edge and how far its centre is from the band's middle line.
+    """
+    footprint = np.asarray(obs.footprint(item).exterior.coords)
+    outline = footprint - footprint[:-1].mean(axis=0)
+    band = np.asarray(side_band(obs, anchor, side).exterior.coords)[:4]
+    direction = obs.side_direction(side)
+    lateral = np.array([-direction[1], direction[0]])
+    start = band[0] + 0.5 * (band[3] - band[0])  # mid-point of the edge touching the anchor
+    width = float(np.linalg.norm(band[3] - band[0]))
+    grid = np.stack(
+        np.meshgrid(
+            np.linspace(0.0, NEAR_DISTANCE_M, FIT_STEPS), np.linspace(-width / 2, width / 2, FIT_STEPS)
+        ),
+        -1,
+    ).reshape(-1, 2)
+    shapes = []
+    for yaw in np.radians(FIT_YAWS_DEG):
+        rotation = np.array([[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]])
+        turned = outline @ rotation.T
+        back = float(np.max(-turned @ direction))  # how far the item reaches back towards the anchor
+        centres = start + (back + grid[:, :1]) * direction + grid[:, 1:] * lateral
+        shapes.append(turned[None] + centres[:, None])
+    offsets = np.tile(grid, (len(FIT_YAWS_DEG), 1))
+    return shapely.polygons(np.concatenate(shapes)), offsets
+
+
+def _fitting(
+    obs: Observation, item: int, anchor: int, side: str, clearance: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate placements of `item` on the table and `clearance` away from every other object."""
+    candidates, offsets = _candidates(obs, item, anchor, side)
+    blocked = obs.obstacles(exclude=(item,)).buffer(clearance)
+    ok = shapely.contains(obs.table, candidates) & ~shapely.intersects(blocked, candidates)
+    return candidates[ok], offsets[ok]
+
+
+def fits(obs: Observation, item: int, anchor: int, side: str, clearance: float = CLEARANCE_M) -> bool:
+    """Whether `item` can stand on the table beside `anchor` on `side`, `clearance` away from the rest."""
+    return len(_fitting(obs, item, anchor, side, clearance)[0]) > 0
+
+
+def compatibility(obs: Observation, item: int, anchor: int, side: str) -> bool | None:
+    """`True` if it fits with clearance, `False` if not even touching, `None` when too close to call."""
+    if fits(obs, item, anchor, side, CLEARANCE_M):
+        return True
+    if not fits(obs, item, anchor, side, 0.0):
+        return False
+    return None
+
+
+def placement(obs: Observation, item: int, anchor: int, side: str) -> np.ndarray | None:
+    """World ``(x, y, z)`` of the footprint centre of `item` placed beside `anchor` on `side`, or None.
+
+    A placement exists exactly when `fits` with `CLEARANCE_M`; of the fitting ones this is the closest
+    to the anchor, then the closest to the middle of its side (what "left of the B" reads as).
+    """
+    shapes, offsets = _fitting(obs, item, anchor, side, CLEARANCE_M)
+    if not len(shapes):
+        return None
+    best = int(np.lexsort((np.abs(offsets[:, 1]), offsets[:, 0]))[0])
+    x, y = shapely.centroid(shapes[best]).coords[0]
+    return np.array([x, y, obs.table_height])
