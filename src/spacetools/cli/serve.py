@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from spacetools.tools.realism import get_profile
 from spacetools.tools.toolsets import TOOLSET_NAMES, get_toolset
 from spacetools.toolshed import PROFILES, Toolshed
 
@@ -25,10 +26,10 @@ def serve(
 
     from spacetools.toolshed.http import create_app
 
-    if profile not in PROFILES:
-        raise typer.BadParameter(
-            f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}", param_hint="--profile"
-        )
+    try:
+        get_profile(profile)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--profile") from error
     try:
         deployments = get_toolset(toolset)
     except ValueError as error:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
-from spacetools.tools.realism import PROFILE_NAMES
+from spacetools.tools.realism import PROFILE_NAMES, get_profile
 from spacetools.tools.toolsets import TOOLSET_NAMES, get_toolset
 from spacetools.toolshed.deployment import ToolDeployment
 
@@ -173,10 +173,10 @@ def run(
     seed: int = typer.Option(0, "--seed", help="Toolshed seed (the same seed gives the same results)."),
 ) -> None:
     """Run tool calls in order in one session on a simulated scene; print the results as JSON."""
-    if profile not in PROFILE_NAMES:
-        raise typer.BadParameter(
-            f"unknown profile {profile!r}; choose one of: {', '.join(PROFILE_NAMES)}", param_hint="--profile"
-        )
+    try:
+        get_profile(profile)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--profile") from error
     deployments = _deployments(toolset)
     call_list = _read_calls(calls)
     with _stdout_to_stderr() as stdout_fd:

@@ -168,7 +168,7 @@ def fit_oriented_box(object_points: np.ndarray, scene_points: np.ndarray | None 
     return fit_box_on_plane(cleaned, plane)
 
 
-def _format_points(points: np.ndarray) -> str:
+def _format_nested(points: np.ndarray) -> str:
     """``[[x, y, z], …]`` rounded to 3 decimals, as the original tool printed them."""
     return str(np.round(points, 3).tolist())
 
@@ -212,8 +212,8 @@ class BoundingBoxTool(Tool):
         corners_2d = project_to_normalized(box.corners, focal, width, height)
         text = (
             f"Oriented bounding box computed from {int(selected.sum())}/{len(cloud)} points.\n"
-            f"Corners in 3D: {_format_points(box.corners)}\n"
-            f"Corners in normalized image coordinates: {_format_points(corners_2d)}\n"
+            f"Corners in 3D: {_format_nested(box.corners)}\n"
+            f"Corners in normalized image coordinates: {_format_nested(corners_2d)}\n"
             f"Edges: {BOX_EDGES}\n"
             f"Extent: {np.round(box.extent, 3).tolist()}\n"
             f"Volume: {box.volume:.6f}"

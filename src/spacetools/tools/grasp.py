@@ -28,6 +28,7 @@ from spacetools.tools.projection import (
     as_focal_length,
     as_mask,
     as_point_cloud,
+    format_points,
     mask_selection,
     project_to_normalized,
 )
@@ -223,11 +224,6 @@ def search_grasps(
     return GraspSearch(best=best, sampled=len(candidates), collision_free=len(free))
 
 
-def _format_points(points: np.ndarray) -> str:
-    """``[(x, y), …]`` with 3 decimals."""
-    return "[" + ", ".join(f"({x:.3f}, {y:.3f})" for x, y in points) + "]"
-
-
 class GraspGeneratorTool(Tool):
     """Parallel-jaw grasp generation on a masked point cloud, collision-checked against the scene."""
 
@@ -262,7 +258,8 @@ class GraspGeneratorTool(Tool):
         height, width = mask_array.shape
         if image.shape[:2] != (height, width):
             raise ToolError(
-                f"mask shape {mask_array.shape} does not match image {image_index} ({height}x{width})"
+                f"mask shape {mask_array.shape} does not match image {image_index} "
+                f"({image.shape[0]}x{image.shape[1]})"
             )
         selected = mask_selection(cloud, mask_array, focal)
         if not selected.any():
@@ -284,7 +281,7 @@ class GraspGeneratorTool(Tool):
             f"Generated collision-free grasp with confidence {best.confidence:.3f} from "
             f"{int(selected.sum())}/{len(cloud)} masked points. "
             f"Filtered {search.sampled} → {search.collision_free} collision-free grasps. "
-            f"Projected 2D gripper points: {_format_points(points_2d)}"
+            f"Projected 2D gripper points: {format_points(points_2d)}"
         )
         return ToolResult(
             text=text,

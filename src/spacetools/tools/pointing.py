@@ -18,6 +18,7 @@ import numpy as np
 from spacetools.sim.observation import Observation
 from spacetools.tools.definition import ToolContext, ToolResult, tool_method
 from spacetools.tools.overlays import draw_points
+from spacetools.tools.projection import format_points
 from spacetools.tools.realism import Profile, maybe_fail, perturb_point
 from spacetools.tools.referring import (
     best_partial_match,
@@ -36,11 +37,6 @@ def detection_variable(obj_name: str, all_instances: bool) -> str:
     """``<obj_name>_detection`` / ``_detections`` with spaces (and other non-word characters) as ``_``."""
     stem = re.sub(r"\W+", "_", obj_name.strip()).strip("_") or "object"
     return f"{stem}_detections" if all_instances else f"{stem}_detection"
-
-
-def format_points(points: np.ndarray) -> str:
-    """``[(0.381, 0.428), …]`` with 3 decimals."""
-    return "[" + ", ".join(f"({x:.3f}, {y:.3f})" for x, y in points) + "]"
 
 
 def point_at(

@@ -1,7 +1,9 @@
 """Pinhole projections between the camera frame, pixels and normalized image coordinates.
 
-The V1 tools only know a focal length and an image size (as the original Toolshed did), so the
-principal point is the image centre: ``cx = W / 2``, ``cy = H / 2``, and ``fx = fy = focal_length_px``.
+The V1 tools only know a focal length and an image size (as the original Toolshed did), so their
+camera is a `spacetools.sim.camera.Camera` with square pixels and the principal point at the image
+centre: ``fx = fy = focal_length_px``, ``cx = W / 2``, ``cy = H / 2`` (`focal_camera`). The maths
+itself (projection, pixel rays, back-projection) is the simulator's camera, not a copy of it.
 """
 
 from __future__ import annotations
@@ -10,49 +12,48 @@ import re
 
 import numpy as np
 
+from spacetools.sim.camera import Camera
 from spacetools.tools.definition import ToolError
+
+
+def focal_camera(focal_length_px: float, width: int, height: int) -> Camera:
+    """The camera the V1 tools assume: at the origin, square pixels, principal point at the centre."""
+    try:
+        return Camera(width, height, focal_length_px, focal_length_px, width / 2.0, height / 2.0)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def project_to_pixels(points_cam: np.ndarray, focal_length_px: float, width: int, height: int) -> np.ndarray:
     """Project camera-frame points ``(N, 3)`` to pixel coordinates ``(N, 2)`` (x right, y down)."""
-    points = np.asarray(points_cam, dtype=np.float64).reshape(-1, 3)
-    z = points[:, 2]
-    if np.any(z <= 0):
-        raise ToolError("cannot project points at or behind the camera (z <= 0)")
-    u = focal_length_px * points[:, 0] / z + width / 2.0
-    v = focal_length_px * points[:, 1] / z + height / 2.0
-    return np.stack([u, v], axis=1)
+    try:
+        return focal_camera(focal_length_px, width, height).project(points_cam)
+    except ValueError as exc:  # points at or behind the camera, or not (N, 3)
+        raise ToolError(str(exc)) from None
 
 
 def project_to_normalized(
     points_cam: np.ndarray, focal_length_px: float, width: int, height: int
 ) -> np.ndarray:
     """Project camera-frame points ``(N, 3)`` to normalized image coordinates ``(N, 2)``."""
-    return project_to_pixels(points_cam, focal_length_px, width, height) / np.array([width, height])
+    camera = focal_camera(focal_length_px, width, height)
+    return camera.normalize(project_to_pixels(points_cam, focal_length_px, width, height))
 
 
 def backproject_normalized(
     points_2d: np.ndarray, depth: np.ndarray, focal_length_px: float, width: int, height: int
 ) -> np.ndarray:
     """Lift normalized points ``(N, 2)`` with metric depths ``(N,)`` to camera-frame points ``(N, 3)``."""
-    uv = np.asarray(points_2d, dtype=np.float64).reshape(-1, 2) * np.array([width, height])
-    z = np.asarray(depth, dtype=np.float64).reshape(-1)
-    x = (uv[:, 0] - width / 2.0) * z / focal_length_px
-    y = (uv[:, 1] - height / 2.0) * z / focal_length_px
-    return np.stack([x, y, z], axis=1)
+    camera = focal_camera(focal_length_px, width, height)
+    pixels = np.asarray(points_2d, dtype=np.float64).reshape(-1, 2) * np.array([width, height])
+    rays = np.column_stack([pixels, np.ones(len(pixels))]) @ np.linalg.inv(camera.intrinsics()).T
+    return rays * np.asarray(depth, dtype=np.float64).reshape(-1, 1)
 
 
 def depth_to_point_cloud(depth: np.ndarray, focal_length_px: float) -> np.ndarray:
-    """One camera-frame point per pixel, row-major ``(H*W, 3)`` float32, so a mask indexes it."""
+    """One camera-frame point per pixel centre, row-major ``(H*W, 3)`` float32, so a mask indexes it."""
     height, width = depth.shape
-    xs = (np.arange(width, dtype=np.float32) + 0.5 - width / 2.0) / focal_length_px
-    ys = (np.arange(height, dtype=np.float32) + 0.5 - height / 2.0) / focal_length_px
-    z = depth.astype(np.float32)
-    cloud = np.empty((height, width, 3), dtype=np.float32)
-    cloud[..., 0] = xs[None, :] * z
-    cloud[..., 1] = ys[:, None] * z
-    cloud[..., 2] = z
-    return cloud.reshape(-1, 3)
+    return focal_camera(focal_length_px, width, height).backproject(depth).reshape(-1, 3)
 
 
 def pixel_index(u: float, v: float, width: int, height: int) -> tuple[int, int]:
@@ -110,6 +111,16 @@ def mask_selection(point_cloud: np.ndarray, mask: np.ndarray, focal_length_px: f
 NUMBER_PATTERN = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
+def format_points(points: np.ndarray) -> str:
+    """Points as the tools print them, ``[(0.381, 0.428), …]`` with 3 decimals (any dimension).
+
+    The inverse of `as_normalized_points` / `as_points_3d` reading text.
+    """
+    rows = np.asarray(points, dtype=np.float64)
+    rows = rows.reshape(len(rows), -1) if rows.size else rows.reshape(0, 0)
+    return "[" + ", ".join("(" + ", ".join(f"{c:.3f}" for c in row) + ")" for row in rows) + "]"
+
+
 def as_normalized_points(value: object) -> np.ndarray:
     """Validate normalized points ``(N, 2)`` given as an array or as text like ``"[(0.41, 0.62), …]"``."""
     if isinstance(value, str):
@@ -123,8 +134,14 @@ def as_normalized_points(value: object) -> np.ndarray:
             points = points[None, :]
         if points.ndim != 2 or points.shape[1] != 2 or len(points) == 0:
             raise ToolError(f"points must be an (N, 2) array of normalized (x, y), got shape {points.shape}")
-    if np.any((points < 0) | (points > 1)) or not np.all(np.isfinite(points)):
-        raise ToolError("points must be normalized image coordinates in [0, 1]")
+    if not np.all(np.isfinite(points)):
+        raise ToolError("points must be finite normalized image coordinates in [0, 1]")
+    outside = np.flatnonzero(np.any((points < 0) | (points > 1), axis=1))
+    if len(outside):
+        x, y = points[outside[0]]
+        raise ToolError(
+            f"Point {outside[0]} ({x:g}, {y:g}) must be in range [0, 1] (normalized image coordinates)"
+        )
     return points
 
 

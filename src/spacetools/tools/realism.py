@@ -55,9 +55,7 @@ def get_profile(name: str) -> Profile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ValueError(
-            f"unknown realism profile {name!r}; choose one of: {', '.join(PROFILE_NAMES)}"
-        ) from None
+        raise ValueError(f"unknown profile {name!r}; choose one of: {', '.join(PROFILE_NAMES)}") from None
 
 
 def maybe_fail(profile: Profile, rng: np.random.Generator, model: str) -> None:

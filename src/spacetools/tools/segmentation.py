@@ -12,23 +12,24 @@ from typing import ClassVar
 import numpy as np
 from scipy import ndimage
 
+from spacetools.sim.observation import Observation
 from spacetools.tools.definition import ToolContext, ToolResult, tool_method
 from spacetools.tools.overlays import draw_mask
 from spacetools.tools.projection import as_normalized_points, pixel_index
 from spacetools.tools.realism import maybe_fail, perturb_mask, predicted_iou
-from spacetools.tools.simworld import Observation, SimulatedTool
+from spacetools.tools.simworld import SimulatedTool
 
-TABLE_TOLERANCE_M = 0.004
-"""A background pixel belongs to the table top when its world height is this close to z = 0."""
 SURFACE_SCORE_FACTOR = 0.7
 """Segmenting a bare surface is less certain than an object: its score is scaled down."""
 
 
 def surface_mask(observation: Observation, row: int, col: int) -> np.ndarray:
-    """The connected region of bare table (or of the rest of the background) containing a pixel."""
-    background = observation.view.segmentation < 0
-    on_table = background & (np.abs(observation.world_points[..., 2]) < TABLE_TOLERANCE_M)
-    same_kind = on_table if on_table[row, col] else background & ~on_table
+    """The connected region of bare table (or of the rest of the background) containing a pixel.
+
+    Bare table is `Observation.table_pixels`, the same table top the question generator uses.
+    """
+    table = observation.table_pixels
+    same_kind = table if table[row, col] else (observation.view.segmentation < 0) & ~table
     labels, _ = ndimage.label(same_kind)
     return labels == labels[row, col]
 

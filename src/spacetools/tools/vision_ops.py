@@ -18,6 +18,7 @@ from spacetools.tools.projection import (
     as_normalized_points,
     as_points_3d,
     backproject_normalized,
+    format_points,
     pixel_index,
     project_to_normalized,
 )
@@ -46,10 +47,6 @@ def _format_value(value: np.ndarray) -> str:
         if value.dtype.kind == "f"
         else str(value.tolist())
     )
-
-
-def _format_points(points: np.ndarray) -> str:
-    return "[" + ", ".join("(" + ", ".join(f"{c:.3f}" for c in p) + ")" for p in points) + "]"
 
 
 class VisionOpsTool(Tool):
@@ -180,7 +177,7 @@ class VisionOpsTool(Tool):
             )
         if np.any(points_3d[:, 2] <= 0):
             raise ToolError("depth must be positive at every point")
-        text = f"Projected {len(points)} 2D points to 3D camera coordinates (m): {_format_points(points_3d)}"
+        text = f"Projected {len(points)} 2D points to 3D camera coordinates (m): {format_points(points_3d)}"
         return ToolResult(text=text, variables={"projected_3d_points": points_3d})
 
     @tool_method
@@ -203,6 +200,6 @@ class VisionOpsTool(Tool):
             raise ToolError(f"image size must be positive, got {width}x{height}")
         projected = project_to_normalized(points, focal, width, height)
         text = (
-            f"Projected {len(points)} 3D points to normalized image coordinates: {_format_points(projected)}"
+            f"Projected {len(points)} 3D points to normalized image coordinates: {format_points(projected)}"
         )
         return ToolResult(text=text, variables={"projected_2d_points": projected})

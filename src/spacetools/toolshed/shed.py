@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from spacetools.tools.definition import ToolContext, ToolError, ToolMethod, ToolResult, ToolSpec, tool_methods
-from spacetools.tools.realism import PROFILE_NAMES
+from spacetools.tools.realism import PROFILE_NAMES, get_profile
 from spacetools.toolshed.backends import BACKENDS
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
@@ -107,8 +107,7 @@ class Toolshed:
         max_total_bytes: int = 4 * 2**30,
         session_ttl_s: float = 3600.0,
     ) -> None:
-        if profile not in PROFILES:
-            raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
+        get_profile(profile)  # a ValueError listing the choices
         if isinstance(deployments, str):
             deployments = _toolset(deployments)
         if not deployments:
