@@ -17,8 +17,8 @@ from tests.tools.conftest import RenderedScene, render_scene
 
 from spacetools.rewards import compute_score
 from spacetools.sim.groundtruth import ObjectTruth
-from spacetools.tools.toolsets import TOOLSETS
 from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed.toolsets import TOOLSETS
 
 CHAIN_SEEDS = range(10, 20)
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from spacetools.tools.definition import tool_specs
-from spacetools.tools.toolsets import TOOLSETS
+from spacetools.toolshed.toolsets import TOOLSETS
 
 SNAPSHOT = Path(__file__).with_name("v1_schemas.json")
 

@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from spacetools.tools.realism import get_profile
-from spacetools.tools.toolsets import TOOLSET_NAMES, get_toolset
 from spacetools.toolshed import PROFILES, Toolshed
+from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
 
 
 def serve(

@@ -18,8 +18,8 @@ from rich.table import Table
 
 from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
 from spacetools.tools.realism import PROFILE_NAMES, get_profile
-from spacetools.tools.toolsets import TOOLSET_NAMES, get_toolset
 from spacetools.toolshed.deployment import ToolDeployment
+from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import difflib
 import hashlib
-import importlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from spacetools.toolshed.backends import BACKENDS
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
 from spacetools.toolshed.session import SessionClosedError, SessionState, SessionStore
+from spacetools.toolshed.toolsets import get_toolset
 from spacetools.toolshed.variables import resolve_references
 
 __all__ = ["PROFILES", "Session", "Toolshed"]
@@ -109,7 +109,7 @@ class Toolshed:
     ) -> None:
         get_profile(profile)  # a ValueError listing the choices
         if isinstance(deployments, str):
-            deployments = _toolset(deployments)
+            deployments = get_toolset(deployments)
         if not deployments:
             raise ValueError("a Toolshed needs at least one tool deployment")
         self.profile = profile
@@ -284,14 +284,3 @@ def _check_image(image: Any, index: int) -> None:
     ):
         got = f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
         raise ValueError(f"image {index} must be a uint8 RGB array of shape (H, W, 3), got {got}")
-
-
-def _toolset(name: str) -> list[ToolDeployment]:
-    # Imported lazily: the tool sets live above this module's dependencies and load tool classes.
-    try:
-        toolsets = importlib.import_module("spacetools.tools.toolsets").TOOLSETS
-    except ImportError as exc:
-        raise ValueError(f"cannot load tool sets (spacetools.tools.toolsets): {exc}") from exc
-    if name not in toolsets:
-        raise ValueError(f"unknown tool set {name!r}; available: {', '.join(sorted(toolsets)) or 'none'}")
-    return list(toolsets[name])
