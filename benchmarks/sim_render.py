@@ -14,6 +14,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,8 @@ def main() -> None:
     args = parser.parse_args()
     pinned = _pin_to_one_core()
     report = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "load_1min_before": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "one_core": pinned,
         "scenes": args.scenes,
         "views_per_scene": args.views,
@@ -95,14 +98,17 @@ def main() -> None:
     for run in report["runs"]:
         robot = "with robot" if run["with_robot"] else "no robot"
         print(
-            f"  [{robot}] build {run['build_s'] * 1000:.0f} ms, rebuild from spec {run['rebuild_from_spec_s'] * 1000:.0f} ms"
+            f"  [{robot}] build {run['build_s'] * 1000:.0f} ms, "
+            f"rebuild from spec {run['rebuild_from_spec_s'] * 1000:.0f} ms"
         )
         for name, figures in run["resolutions"].items():
             verdict = "meets" if figures["meets_target"] else "MISSES"
             print(
-                f"    {name}: render {figures['render_s'] * 1000:.1f} ms ({figures['views_per_s']:.1f} views/s, "
+                f"    {name}: render {figures['render_s'] * 1000:.1f} ms "
+                f"({figures['views_per_s']:.1f} views/s, "
                 f"{verdict} target {figures['target_views_per_s']:.0f}/s), ground truth "
-                f"{figures['ground_truth_s'] * 1000:.1f} ms ({figures['views_with_truth_per_s']:.1f} views/s with it)"
+                f"{figures['ground_truth_s'] * 1000:.1f} ms "
+                f"({figures['views_with_truth_per_s']:.1f} views/s with it)"
             )
 
 

@@ -8,12 +8,18 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import shapely
 
 from spacetools.bench.dataset import Sample, decode_mask
 from spacetools.bench.spatialsim import FAMILIES, generate
 from spacetools.bench.spatialsim.generator import check_families, derive_seed
+from spacetools.bench.spatialsim.question import format_points
 from spacetools.bench.spatialsim.relations import OPPOSITE, RELATIONS, relation_holds
+from spacetools.bench.spatialsim.robospatial import VACANT_INSIDE_POINTS, VACANT_OUTLINE_POINTS, vacant_points
+from spacetools.rewards import compute_score
+from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.groundtruth import ObjectTruth
+from spacetools.sim.observation import Observation
 from spacetools.sim.scene import SceneSpec
 from spacetools.sim.world import Scene
 
@@ -80,17 +86,64 @@ def test_configuration_answers_agree_with_positions(generated: dict[str, list[Sa
 
 @pytest.mark.slow
 def test_vacant_points_lie_on_bare_table(generated: dict[str, list[Sample]]) -> None:
+    checked = 0
     for sample in generated["robospatial"]:
         if sample.extra_info["qa_type"] != "vacant":
             continue
         points = np.array(ast.literal_eval(sample.ground_truth))
-        assert len(points) >= 8
+        assert 9 <= len(points) <= VACANT_OUTLINE_POINTS + VACANT_INSIDE_POINTS
         scene = Scene.from_spec(SceneSpec.model_validate_json(sample.extra_info["scene"]))
         with scene:
             view = scene.render()
         height, width = view.segmentation.shape
         pixels = np.minimum((points * [width, height]).astype(int), [width - 1, height - 1])
         assert np.all(view.segmentation[pixels[:, 1], pixels[:, 0]] == -1)
+        # The reference answer (the region's deepest point) is right under the official hull scorer.
+        score = compute_score(sample.data_source, sample.extra_info["answer"], sample.ground_truth)
+        assert score["score"] == 1.0, sample.extra_info["index"]
+        checked += 1
+    assert checked >= 1
+
+
+def _l_shaped_and_split_mask() -> np.ndarray:
+    """A 240x320 free region that is neither convex nor connected: an L and a separate blob."""
+    mask = np.zeros((240, 320), dtype=bool)
+    mask[40:140, 30:60] = True  # the L's upright
+    mask[110:140, 30:160] = True  # its foot
+    ys, xs = np.mgrid[0:240, 0:320]
+    mask |= (xs - 250) ** 2 + (ys - 180) ** 2 < 25**2  # a round patch apart from it
+    return mask
+
+
+def test_vacant_points_describe_the_region_for_a_hull_scorer() -> None:
+    mask = _l_shaped_and_split_mask()
+    found = vacant_points(mask, np.random.default_rng(0))
+    assert found is not None
+    points, deepest = found
+    assert 9 <= len(points) <= VACANT_OUTLINE_POINTS + VACANT_INSIDE_POINTS
+    # Every listed point is a region pixel, still after the 3-decimal rounding of the ground truth.
+    rounded = np.array(ast.literal_eval(format_points(points)))
+    height, width = mask.shape
+    assert np.all(mask[(rounded[:, 1] * height).astype(int), (rounded[:, 0] * width).astype(int)])
+    assert len({tuple(p) for p in rounded.tolist()}) == len(rounded), "no point listed twice"
+    # Their hull covers the region (but for a thin rim), so any point of the region scores.
+    hull = shapely.MultiPoint(rounded * [width, height]).convex_hull
+    ys, xs = np.nonzero(mask)
+    covered = shapely.contains_xy(hull, xs + 0.5, ys + 0.5)
+    assert covered.mean() > 0.99
+    assert hull.contains(shapely.Point(deepest * [width, height]))
+    assert any(np.allclose(p, deepest) for p in points)
+
+
+def test_vacant_points_reject_small_or_flat_regions() -> None:
+    rng = np.random.default_rng(0)
+    assert vacant_points(np.zeros((60, 80), dtype=bool), rng) is None
+    sliver = np.zeros((60, 320), dtype=bool)
+    sliver[30, 5:300] = True  # enough pixels, but a line, not a region
+    assert vacant_points(sliver, rng) is None
+    patch = np.zeros((60, 80), dtype=bool)
+    patch[10:22, 10:22] = True  # 144 pixels: too small to point into
+    assert vacant_points(patch, rng) is None
 
 
 @pytest.mark.slow
@@ -111,7 +164,9 @@ def test_blink_points_and_letters_agree_with_depth(generated: dict[str, list[Sam
 @pytest.mark.slow
 def test_pose_truth_is_the_scene_box_and_masks_decode(generated: dict[str, list[Sample]]) -> None:
     for sample in generated["boppose"][:2]:
-        name = re.search(r"(?:of|encloses) the (.+?)(?: in the image)?[.?] ", sample.question).group(1)  # type: ignore[union-attr]
+        found = re.search(r"(?:of|encloses) the (.+?)(?: in the image)?[.?] ", sample.question)
+        assert found is not None, sample.question
+        name = found.group(1)
         truths, scene = _truths(sample)
         with scene:
             expected = truths[name].obb_corners_2d
@@ -122,6 +177,31 @@ def test_pose_truth_is_the_scene_box_and_masks_decode(generated: dict[str, list[
             assert mask.shape == (480, 640) and mask.sum() > 0
             (u, v) = ast.literal_eval(sample.extra_info["answer"])[0]
             assert mask[int(v * 480), int(u * 640)], "the reference answer lies inside the mask"
+
+
+_PLACEMENT_RE = re.compile(
+    r"(?:free space|vacant area on the table|free table space) (?P<side>to the left of|to the right of|"
+    r"in front of|behind) the (?P<b>.+?) (?:where the (?P<a1>.+?) could|suitable for placing the "
+    r"(?P<a2>.+?)\.|to put the (?P<a3>.+?) down)"
+)
+
+
+@pytest.mark.slow
+def test_placement_questions_ask_only_where_the_item_fits(generated: dict[str, list[Sample]]) -> None:
+    for sample in generated["refplacement"]:
+        found = _PLACEMENT_RE.search(sample.question)
+        assert found is not None, sample.question
+        item_name = found.group("a1") or found.group("a2") or found.group("a3")
+        side = found.group("side").removeprefix("to the ")
+        scene = Scene.from_spec(SceneSpec.model_validate_json(sample.extra_info["scene"]))
+        with scene:
+            obs = Observation.from_scene(scene)
+        [item] = scene.spec.object_named(item_name)
+        [anchor] = scene.spec.object_named(found.group("b"))
+        assert compatibility(obs, item.index, anchor.index, side) is True, sample.question
+        assert np.array_equal(
+            obs.region_mask(vacant_region(obs, anchor.index, side)), decode_mask(sample.ground_truth)
+        )
 
 
 def test_seeds_depend_only_on_seed_family_and_index() -> None:

@@ -6,11 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from spacetools.bench.dataset import read_samples
+from spacetools.bench.dataset import Sample, read_samples
+from spacetools.bench.spatialsim.draw import render_sample
 from spacetools.cli.data import app
 
 runner = CliRunner()
@@ -113,3 +115,29 @@ def test_installed_command_reports_bad_n(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "--n" in done.stderr and "positive" in done.stderr
+
+
+def _sample(data_source: str, ground_truth: str) -> Sample:
+    question = "<image>\nWhere?"
+    return Sample(
+        data_source=data_source,
+        prompt=[{"role": "user", "content": question}],
+        images=[np.full((480, 640, 3), 128, dtype=np.uint8)],
+        ground_truth=ground_truth,
+        extra_info={"index": 0, "question": question},
+    )
+
+
+def test_show_magnifies_a_small_ground_truth_and_draws_it_again() -> None:
+    grasp = (
+        "Grasp center: [0.500, 0.500], Left finger base: [0.490, 0.500], Right finger base: [0.510, 0.500], "
+        "Left finger tip: [0.490, 0.520], Right finger tip: [0.510, 0.520]"
+    )
+    page = render_sample(_sample("spatialsim_bopgrasp", grasp))
+    assert page.width > 640 + 200  # the image and a magnified view beside it
+    zoom = np.asarray(page)[-480:, 650:]
+    assert (np.all(zoom == (0, 255, 0), axis=-1)).sum() > 100, "the gripper lines are drawn in the view"
+    # An option letter draws nothing, and a large region needs no magnifying: the page is the image alone.
+    assert render_sample(_sample("spatialsim_cvb3ddepth", "(A)")).width == 8 * 90
+    region = "[(0.100, 0.100), (0.900, 0.100), (0.900, 0.900), (0.100, 0.900)]"
+    assert render_sample(_sample("spatialsim_robospatial", region)).width == 8 * 90

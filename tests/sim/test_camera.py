@@ -1,11 +1,11 @@
 """Camera geometry: look-at pose, projection, back-projection, matrices and serialisation."""
 
 import numpy as np
-import pybullet
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spacetools.sim.bullet import pybullet
 from spacetools.sim.camera import Camera
 
 

@@ -1,13 +1,13 @@
-"""Object boxes are the tight boxes of the visible geometry: checked against rendered points, not just algebra."""
+"""Object boxes are the tight boxes of the visible geometry, checked against rendered points."""
 
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pybullet
 import pytest
 from scipy.spatial.transform import Rotation
 
+from spacetools.sim.bullet import pybullet
 from spacetools.sim.camera import Camera
 from spacetools.sim.catalogue import CATALOGUE
 from spacetools.sim.visualbox import mesh_vertices, visual_box

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pybullet
 import pytest
 from shapely import contains_xy
 from shapely.geometry import MultiPoint
 
+from spacetools.sim.bullet import pybullet
 from spacetools.sim.camera import Camera
 from spacetools.sim.groundtruth import ObjectTruth
 from spacetools.sim.scene import ObjectSpec, SceneSpec
@@ -118,7 +118,10 @@ def test_same_seed_same_world_and_rebuild_from_spec() -> None:
 def test_save_is_byte_identical_across_processes_and_loads(tmp_path: Path) -> None:
     with build_scene(8, n_objects=4, width=W, height=H) as scene:
         scene.save(tmp_path / "a")
-    code = f"import sys; from spacetools.sim import build_scene; build_scene(8, n_objects=4, width={W}, height={H}).save(sys.argv[1])"
+    code = (
+        "import sys; from spacetools.sim import build_scene; "
+        f"build_scene(8, n_objects=4, width={W}, height={H}).save(sys.argv[1])"
+    )
     subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "b")], check=True, capture_output=True, timeout=120
     )

@@ -20,7 +20,8 @@ class ObjectSpec(BaseModel):
 
     `position`/`orientation` (xyzw) are the pose of the object's frame in the world. `half_extents` and
     `box_offset` describe its bounding box in that frame (the box centre is `box_offset`), from which the
-    oriented 3D box follows: the tight box of what is rendered (mesh vertices, not collision shapes). Procedural shapes read their size from `half_extents`: a box uses all three,
+    oriented 3D box follows: the tight box of what is rendered (mesh vertices, not collision shapes).
+    Procedural shapes read their size from `half_extents`: a box uses all three,
     a cylinder has radius `half_extents[0]` and height `2 * half_extents[2]`, a sphere radius
     `half_extents[0]`.
     """

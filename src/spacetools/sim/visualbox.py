@@ -15,10 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import pybullet
 from numpy.typing import NDArray
 from scipy.spatial.transform import Rotation
 
+from spacetools.sim.bullet import pybullet
 from spacetools.sim.scene import Vec3
 
 _CORNER_SIGNS = np.array([[x, y, z] for x in (-1.0, 1.0) for y in (-1.0, 1.0) for z in (-1.0, 1.0)])
@@ -54,7 +54,7 @@ def mesh_vertices(path: str) -> NDArray[np.float64]:
 
 
 def _shape_points(geometry: int, dimensions: tuple[float, ...], mesh_file: bytes) -> NDArray[np.float64]:
-    """Points in the visual shape's own frame whose convex hull encloses the shape (mesh vertices, box corners)."""
+    """Points in the visual shape's own frame whose hull encloses the shape (mesh vertices, box corners)."""
     if geometry == pybullet.GEOM_MESH:
         return mesh_vertices(mesh_file.decode()) * np.asarray(dimensions[:3])
     if geometry == pybullet.GEOM_BOX:

@@ -9,16 +9,15 @@ from pathlib import Path
 from types import TracebackType
 
 import numpy as np
-import pybullet
-import pybullet_data
 from numpy.typing import ArrayLike, NDArray
 from PIL import Image
 from scipy.spatial.transform import Rotation
 
+from spacetools.sim.bullet import pybullet, pybullet_data
 from spacetools.sim.camera import Camera
 from spacetools.sim.catalogue import ObjectChoice, object_names, sample_choice
 from spacetools.sim.groundtruth import ObjectTruth, compute_ground_truth, oriented_box
-from spacetools.sim.scene import ObjectSpec, SceneSpec, Vec3
+from spacetools.sim.scene import ObjectSpec, Rgba, SceneSpec, Vec3
 from spacetools.sim.visualbox import visual_box
 
 TABLE_HALF_EXTENTS = (0.5, 0.5, 0.025)
@@ -66,7 +65,7 @@ class View:
 
 
 class Scene:
-    """A live pybullet world (one DIRECT client) holding a table, the objects of a SceneSpec and maybe a robot.
+    """A live pybullet world (one DIRECT client): a table, the objects of a SceneSpec and maybe a robot.
 
     Build one with `build_scene` (seeded, settles physics) or `Scene.from_spec` (exact poses, no physics);
     close it with `close()` or use it as a context manager.
@@ -135,7 +134,7 @@ class Scene:
         return self._robot_body
 
     def render(self, camera: Camera | None = None) -> View:
-        """Render RGB (with shadows), metric depth and instance segmentation (ObjectSpec.index, -1 elsewhere)."""
+        """Render RGB (with shadows), metric depth and segmentation (ObjectSpec.index, -1 elsewhere)."""
         camera = camera or self._camera
         rgba, zbuffer, raw_segmentation = self._render_raw(camera, shadow=True)
         shape = (camera.height, camera.width)
@@ -276,8 +275,7 @@ def _connect() -> int:
     return client
 
 
-def _static_box(client: int, half_extents: tuple[float, float, float], position: tuple[float, float, float],
-                rgba: tuple[float, float, float, float]) -> int:  # fmt: skip
+def _static_box(client: int, half_extents: Vec3, position: Vec3, rgba: Rgba) -> int:
     collision = pybullet.createCollisionShape(
         pybullet.GEOM_BOX, halfExtents=half_extents, physicsClientId=client
     )
@@ -315,8 +313,9 @@ def _add_robot(client: int) -> int:
     return robot
 
 
-def _create_body(client: int, shape: str, asset: str | None, scale: float,
-                 half_extents: tuple[float, float, float], rgba: tuple[float, float, float, float] | None) -> int:  # fmt: skip
+def _create_body(
+    client: int, shape: str, asset: str | None, scale: float, half_extents: Vec3, rgba: Rgba | None
+) -> int:
     """Create one object at the origin: a procedural primitive or a pybullet_data URDF."""
     if shape == "asset":
         if asset is None:
@@ -400,7 +399,9 @@ class _Placed:
     collision_offset: Vec3
 
 
-def _sample_choices(rng: np.random.Generator, count: int, taken: set[tuple[str, str | None, str | None]]) -> list[ObjectChoice]:  # fmt: skip
+def _sample_choices(
+    rng: np.random.Generator, count: int, taken: set[tuple[str, str | None, str | None]]
+) -> list[ObjectChoice]:
     choices = []
     while len(choices) < count:
         choice = sample_choice(rng)
@@ -410,7 +411,9 @@ def _sample_choices(rng: np.random.Generator, count: int, taken: set[tuple[str, 
     return choices
 
 
-def _drop(client: int, rng: np.random.Generator, placed: _Placed, others: list[tuple[NDArray[np.float64], float]]) -> tuple[NDArray[np.float64], float] | None:  # fmt: skip
+def _drop(
+    client: int, rng: np.random.Generator, placed: _Placed, others: list[tuple[NDArray[np.float64], float]]
+) -> tuple[NDArray[np.float64], float] | None:
     """Put `placed` at a free spot just above the table, or return None if no spot is found."""
     half, offset = np.asarray(placed.collision_half_extents), np.asarray(placed.collision_offset)
     height = half[2] - offset[2] + DROP_HEIGHT
@@ -436,8 +439,14 @@ def _drop(client: int, rng: np.random.Generator, placed: _Placed, others: list[t
 
 def _new_object(client: int, choice: ObjectChoice) -> _Placed:
     """Create the body of a catalogue draw and measure its boxes in its own frame."""
-    body = _create_body(client, choice.kind.shape, choice.asset, choice.kind.scale,
-                        choice.half_extents or (0.01, 0.01, 0.01), choice.rgba)  # fmt: skip
+    body = _create_body(
+        client,
+        choice.kind.shape,
+        choice.asset,
+        choice.kind.scale,
+        choice.half_extents or (0.01, 0.01, 0.01),
+        choice.rgba,
+    )
     if choice.half_extents is not None:  # a primitive is exactly as large as it was made
         centred = (0.0, 0.0, 0.0)
         return _Placed(choice, body, choice.half_extents, centred, choice.half_extents, centred)
@@ -514,7 +523,8 @@ def build_scene(
             for item in rejected:
                 pybullet.removeBody(item.body, physicsClientId=client)
             placed = kept
-            # A rejected object is dropped again elsewhere; one that found no room is swapped for another draw.
+            # A rejected object is dropped again elsewhere; one that found no room is swapped for
+            # another draw.
             pending = [item.choice for item in rejected]
             taken = {item.choice.descriptor for item in placed} | {choice.descriptor for choice in pending}
             pending += _sample_choices(rng, unplaced, taken)

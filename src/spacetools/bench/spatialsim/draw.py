@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Sequence
 
 import numpy as np
+import shapely
 from PIL import Image, ImageDraw, ImageFont
 
 from spacetools.bench.dataset import Sample, decode_mask
@@ -16,6 +17,12 @@ Color = tuple[int, int, int]
 MARKER_RADIUS = 9
 TRUTH_COLOR: Color = (0, 255, 0)
 _NUMBER = r"-?\d+(?:\.\d+)?"
+#: `show` magnifies a drawn ground truth that fits in half the image height: by up to this factor, with
+#: this many pixels of context around it, beside the image (this gap apart).
+ZOOM_MAX = 4.0
+ZOOM_PADDING = 24
+ZOOM_GAP = 10
+PixelBox = tuple[float, float, float, float]
 
 
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
@@ -64,16 +71,29 @@ def _numbers(text: str) -> list[float]:
     return [float(n) for n in re.findall(_NUMBER, text)]
 
 
-def _draw_truth(canvas: Image.Image, family: str, truth: str) -> None:
-    """Overlay the ground truth of one family on an RGBA copy of the question image."""
+def _extent(points: Sequence[tuple[float, float]]) -> PixelBox:
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _draw_truth(canvas: Image.Image, family: str, truth: str) -> PixelBox | None:
+    """Overlay the ground truth of one family on an RGBA copy of the question image.
+
+    Returns the pixel box of what was drawn (None for answers that are not drawn, like option letters).
+    """
     draw = ImageDraw.Draw(canvas, "RGBA")
     width, height = canvas.size
     if truth.startswith("data:image/png"):
         mask = decode_mask(truth)
+        if mask.shape != (height, width):  # a magnified canvas: every mask pixel becomes a block
+            mask = np.asarray(Image.fromarray(mask).resize((width, height), Image.Resampling.NEAREST))
         overlay = np.zeros((*mask.shape, 4), dtype=np.uint8)
         overlay[mask] = (*TRUTH_COLOR, 110)
         canvas.alpha_composite(Image.fromarray(overlay, "RGBA"))
-        return
+        ys, xs = np.nonzero(mask)
+        return (
+            (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)) if len(xs) else None
+        )
     if family == "bopgrasp":
         points = _to_pixels(np.reshape(_numbers(truth), (-1, 2)), canvas.size)
         centre, left_base, right_base, left_tip, right_tip = points
@@ -87,13 +107,23 @@ def _draw_truth(canvas: Image.Image, family: str, truth: str) -> None:
         for (x, y), label in zip(points, ("C", "LB", "RB", "LT", "RT"), strict=True):
             draw.ellipse((x - 3, y - 3, x + 3, y + 3), fill=(255, 255, 0))
             draw.text((x + 4, y - 8), label, fill=(255, 255, 0), font=_font(12))
-        return
+        return _extent(points)
     if family == "detect2d":
+        corners: list[tuple[float, float]] = []
         for x1, y1, x2, y2 in ast.literal_eval(truth):
             draw.rectangle((x1 * width, y1 * height, x2 * width, y2 * height), outline=TRUTH_COLOR, width=3)
-        return
+            corners += [(x1 * width, y1 * height), (x2 * width, y2 * height)]
+        return _extent(corners) if corners else None
     if truth.startswith("[("):
         points = _to_pixels(ast.literal_eval(truth), canvas.size)
+        if family == "robospatial" and len(points) >= 3:
+            # Vacant space is scored by the convex hull of the listed points: shade it.
+            hull = shapely.MultiPoint(points).convex_hull
+            if isinstance(hull, shapely.Polygon):
+                shade = Image.new("RGBA", canvas.size)  # drawn apart and blended: RGBA drawing overwrites
+                ImageDraw.Draw(shade).polygon(list(hull.exterior.coords), fill=(*TRUTH_COLOR, 90))
+                canvas.alpha_composite(shade)
+                draw.polygon(list(hull.exterior.coords), outline=TRUTH_COLOR)
         if family == "boppose" and len(points) == 8:
             edges = [(i, (i + 1) % 4) for i in range(4)] + [(i + 4, (i + 1) % 4 + 4) for i in range(4)]
             edges += [(i, i + 4) for i in range(4)]
@@ -103,20 +133,51 @@ def _draw_truth(canvas: Image.Image, family: str, truth: str) -> None:
             draw.ellipse((x - 4, y - 4, x + 4, y + 4), fill=(*TRUTH_COLOR, 255), outline=(0, 0, 0))
             if family == "boppose":
                 draw.text((x + 5, y - 6), str(k), fill=(255, 255, 0), font=_font(12))
+        return _extent(points)
+    return None
+
+
+def _zoomed(image: Image.Image, family: str, truth: str, box: PixelBox | None) -> Image.Image | None:
+    """A magnified view around a small ground truth, drawn again at that scale (markers keep their size).
+
+    None when there is nothing drawn or it is large enough to check as is.
+    """
+    if box is None:
+        return None
+    x1, y1, x2, y2 = box
+    side = max(x2 - x1, y2 - y1) + 2 * ZOOM_PADDING
+    if side > image.height / 2:
+        return None
+    scale = min(ZOOM_MAX, image.height / side)
+    # Nearest neighbour: every rendered pixel stays a visible square, so masks can be checked pixel by pixel.
+    big = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.NEAREST)
+    big = big.convert("RGBA")
+    _draw_truth(big, family, truth)
+    left = float(np.clip((x1 + x2 - side) / 2, 0, image.width - side)) * scale
+    top = float(np.clip((y1 + y2 - side) / 2, 0, image.height - side)) * scale
+    return big.crop((round(left), round(top), round(left + side * scale), round(top + side * scale)))
 
 
 def render_sample(sample: Sample, wrap: int = 90) -> Image.Image:
-    """The sample's first image with its ground truth drawn on it, under a header with question and answer."""
+    """The sample's first image with its ground truth drawn on it, under a header with question and answer.
+
+    A small ground truth (a grasp, the corners of a small object) also gets a magnified view on the right.
+    """
     family = sample.data_source.removeprefix("spatialsim_")
-    canvas = Image.fromarray(sample.images[0]).convert("RGBA")
-    _draw_truth(canvas, family, sample.ground_truth)
+    image = Image.fromarray(sample.images[0])
+    canvas = image.convert("RGBA")
+    zoom = _zoomed(image, family, sample.ground_truth, _draw_truth(canvas, family, sample.ground_truth))
     truth_text = "<mask>" if sample.ground_truth.startswith("data:") else sample.ground_truth
     lines = [f"{sample.data_source} #{sample.extra_info.get('index', '?')}"]
     lines += textwrap.wrap(sample.question.replace("\n", " | "), wrap)
     lines += textwrap.wrap(f"Ground truth: {truth_text}", wrap)
     font = _font(14)
     header = 18 * len(lines) + 10
-    page = Image.new("RGB", (max(canvas.width, 8 * wrap), canvas.height + header), (255, 255, 255))
+    images_width = canvas.width + (zoom.width + ZOOM_GAP if zoom is not None else 0)
+    height = canvas.height + header
+    page = Image.new("RGB", (max(images_width, 8 * wrap), height), (255, 255, 255))
     ImageDraw.Draw(page).multiline_text((6, 5), "\n".join(lines), fill=(0, 0, 0), font=font, spacing=4)
     page.paste(canvas.convert("RGB"), (0, header))
+    if zoom is not None:
+        page.paste(zoom.convert("RGB"), (canvas.width + ZOOM_GAP, header))
     return page

@@ -1,8 +1,9 @@
 """SpatialSim generation: deterministic scene seeds per (seed, family, index), a process pool, parquet export.
 
 A question's scene seed depends only on the run seed, its family and its index (consecutive indices
-share a scene; a retry counter picks fresh scenes when one offers no unambiguous question), so a family's questions are the same whichever other
-families are generated alongside it, and the same arguments always give identical files.
+share a scene; a retry counter picks fresh scenes when one offers no unambiguous question), so a
+family's questions are the same whichever other families are generated alongside it, and the same
+arguments always give identical files.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""RefSpatial-style pointing: locate an object by a spatial phrase, or free space to place one (mask truth)."""
+"""RefSpatial-style pointing: an object named by a spatial phrase, or free space to place one (mask truth)."""
 
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
-from scipy import ndimage
 
 from spacetools.bench.dataset import encode_png_data_uri
 from spacetools.bench.spatialsim import templates
@@ -13,18 +12,12 @@ from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question, format_points
 from spacetools.bench.spatialsim.relations import relation_holds
 from spacetools.bench.spatialsim.robospatial import side_phrase
-from spacetools.sim.freespace import vacant_region
+from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.observation import SIDES
+from spacetools.tools.referring import interior_point
 
 #: The smallest free-space mask (pixels) worth asking about.
 MIN_PLACEMENT_PIXELS = 400
-
-
-def interior_point(mask: np.ndarray) -> tuple[float, float]:
-    """The normalized point of a mask farthest from its border (a safe reference answer)."""
-    distance = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
-    y, x = np.unravel_index(int(np.argmax(distance)), mask.shape)
-    return (x + 0.5) / mask.shape[1], (y + 0.5) / mask.shape[0]
 
 
 def _mask_question(text: str, mask: np.ndarray, qa_type: str, ctx: SceneContext) -> Question:
@@ -61,12 +54,18 @@ def location(ctx: SceneContext, rng: np.random.Generator, index: int = 0) -> Que
 
 
 def placement(ctx: SceneContext, rng: np.random.Generator, index: int = 0) -> Question | None:
-    """Free table space on one side of an object for another one; truth is the free region's mask."""
+    """Free table space on one side of an object where another one fits; truth is the free region's mask.
+
+    Only sides where the item clearly fits are asked about (`freespace.compatibility` is True), so the
+    question "where the A could be placed" always has an answer.
+    """
     objects = ctx.referable()
     pairs = list(itertools.permutations(objects, 2))
     for k in rng.permutation(len(pairs)):
         item, anchor = pairs[k]
         for side in rng.permutation(SIDES):
+            if compatibility(ctx, item.index, anchor.index, str(side)) is not True:
+                continue
             mask = ctx.region_mask(vacant_region(ctx, anchor.index, str(side)))
             if int(mask.sum()) < MIN_PLACEMENT_PIXELS:
                 continue

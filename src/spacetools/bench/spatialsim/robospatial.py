@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import shapely
+from scipy import ndimage
+from scipy.spatial import ConvexHull, QhullError
 
 from spacetools.bench.spatialsim import templates
 from spacetools.bench.spatialsim.context import SceneContext
@@ -12,11 +15,15 @@ from spacetools.bench.spatialsim.question import Question, format_points
 from spacetools.bench.spatialsim.relations import RELATIONS, relation_holds
 from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.observation import SIDES
+from spacetools.tools.referring import interior_point
 
 QA_TYPES = ("configuration", "compatibility", "vacant")
-#: Vacant ground truth: how many free-region points to list, and the fewest that make a question.
-VACANT_POINTS = 12
-MIN_VACANT_POINTS = 8
+#: Vacant ground truth (scored by the convex hull of its points, as RoboSpatial's are; the original lists
+#: have 9 to 22 points): at most this many points on the free region's outline, then this many inside it.
+VACANT_OUTLINE_POINTS = 16
+VACANT_INSIDE_POINTS = 4
+#: The fewest pixels a free region needs to be asked about (a smaller one is too fiddly to point into).
+MIN_VACANT_PIXELS = 160
 
 
 def _yes_no(flag: bool) -> str:
@@ -63,24 +70,57 @@ def compatibility_question(ctx: SceneContext, rng: np.random.Generator, want_yes
     return None
 
 
+def vacant_points(mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
+    """Normalized ``(N, 2)`` points of a free region that describe it under a convex-hull scorer, and
+    the region's deepest point ``(2,)`` (a reference answer; it is one of the N).
+
+    First the region's outline: vertices of the convex hull of its mask pixels, thinned to at most
+    `VACANT_OUTLINE_POINTS` while keeping the hull's shape, so that their hull covers the region but for a
+    sliver along its rim. Then points inside it: its deepest point and random ones. Every point is the
+    centre of a region pixel (rounding to 3 decimals keeps it in that pixel for images up to 1000 pixels
+    wide). None when the region has fewer than `MIN_VACANT_PIXELS` pixels or is a line.
+    """
+    ys, xs = np.nonzero(mask)
+    if len(xs) < MIN_VACANT_PIXELS:
+        return None
+    pixels = np.stack([xs + 0.5, ys + 0.5], axis=1)
+    try:
+        hull = ConvexHull(pixels)
+    except QhullError:  # every pixel on one line
+        return None
+    outline = pixels[hull.vertices]  # counter-clockwise in image coordinates
+    tolerance = 0.5
+    while len(outline) > VACANT_OUTLINE_POINTS:
+        # Douglas-Peucker keeps a subset of the vertices: every kept point is still a region pixel.
+        simplified = shapely.Polygon(pixels[hull.vertices]).simplify(tolerance)
+        outline = np.asarray(simplified.exterior.coords)[:-1]
+        tolerance *= 1.5
+    height, width = mask.shape
+    deepest = np.asarray(interior_point(mask))
+    # Inside points come from the region's core (pixels off its rim, so never an outline point again).
+    core = ndimage.binary_erosion(mask)
+    core[min(int(deepest[1] * height), height - 1), min(int(deepest[0] * width), width - 1)] = False
+    core_ys, core_xs = np.nonzero(core if core.sum() >= VACANT_INSIDE_POINTS else mask)
+    chosen = rng.choice(len(core_xs), size=VACANT_INSIDE_POINTS - 1, replace=False)
+    inside = np.stack([core_xs[chosen] + 0.5, core_ys[chosen] + 0.5], axis=1)
+    return np.concatenate([outline / [width, height], deepest[None], inside / [width, height]]), deepest
+
+
 def vacant(ctx: SceneContext, rng: np.random.Generator) -> Question | None:
-    """Point to free table space on one side of an object; truth is a list of free-region points."""
+    """Point to free table space on one side of an object; truth is points that outline the free region."""
     objects = ctx.referable()
     for k in rng.permutation(len(objects)):
         anchor = objects[k]
         for side in rng.permutation(SIDES):
-            mask = ctx.region_mask(vacant_region(ctx, anchor.index, str(side)))
-            ys, xs = np.nonzero(mask)
-            if len(xs) < MIN_VACANT_POINTS * 20:  # too small a patch to point into reliably
+            found = vacant_points(ctx.region_mask(vacant_region(ctx, anchor.index, str(side))), rng)
+            if found is None:
                 continue
-            chosen = rng.choice(len(xs), size=VACANT_POINTS, replace=False)
-            height, width = mask.shape
-            points = np.stack([(xs[chosen] + 0.5) / width, (ys[chosen] + 0.5) / height], axis=1)
+            points, deepest = found
             text = templates.pick(templates.VACANT, rng, b=anchor.name, side=side_phrase(str(side)))
             return Question(
                 text=f"{text} {templates.POINTS_INSTRUCTION}",
                 ground_truth=format_points(points),
-                answer=format_points(points[:1]),
+                answer=format_points([deepest]),
                 qa_type="vacant",
                 image=ctx.view.rgb,
             )

@@ -8,7 +8,8 @@ YES_NO_INSTRUCTION = "Answer yes or no."
 
 POINTS_INSTRUCTION = (
     "Your answer should be formatted as a list of tuples, i.e. [(x1, y1)], where each tuple contains the x "
-    "and y coordinates of a point satisfying the conditions above. The coordinates should be between 0 and 1, "
+    "and y coordinates of a point satisfying the conditions above. The coordinates should be between 0 "
+    "and 1, "
     "indicating the normalized pixel locations of the points in the image."
 )
 
@@ -73,7 +74,8 @@ PLACEMENT = (
 BLINK_DEPTH = (
     "Two points are circled on the image, labeled by A and B beside each circle. Which point is closer to "
     "the camera?",
-    "Two points in the image are marked with circles labelled A and B. Which of them is closer to the camera?",
+    "Two points in the image are marked with circles labelled A and B. Which of them is closer to the "
+    "camera?",
     "Points A and B are circled in the image. Which point is nearer to the camera?",
 )
 
