@@ -195,6 +195,7 @@ def test_tool_images_are_recorded_and_shown_on_request(show: bool) -> None:
     result = episode(policy, show_tool_images=show)
     assert len(result.images) == 1 and int(result.images[0][0, 0, 0]) == 7
     assert result.task_image_count == 1
+    assert result.tool_calls[0].image_indices == [1]  # which call made which picture, for reports
     content = result.messages[3]["content"]
     if show:
         assert content[1] == {"type": "image", "index": 1} and "image_index 1" in content[0]["text"]

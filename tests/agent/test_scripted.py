@@ -59,6 +59,7 @@ def detected(name: str, x: float, y: float) -> str:
     return f"Detected 1 instance(s) of '{name}': [({x:.3f}, {y:.3f})]"
 
 
+NO_POINT = "Detected 0 instance(s) of 'free space': []"
 DEPTH_TEXT = (
     "Generated 64x48 depth map and 3,072 3D points. Depth range in point cloud: 0.65m to 1.29m (mean: 0.95m). "
     "Use $depth_map (numpy array, 48x64), $point_cloud (numpy array, 3072x3) and $focal_length_px (float)."
@@ -121,17 +122,84 @@ def test_configuration_compares_box_centres(template: str, relation: str) -> Non
     assert answer == expected
 
 
-def test_a_pointing_miss_is_retried_with_the_second_pointing_model() -> None:
+@pytest.mark.parametrize("first_reply", ["Error: RuntimeError: pointing inference failed", NO_POINT])
+def test_a_failed_or_empty_pointing_call_goes_to_the_second_pointing_model(first_reply: str) -> None:
     question = f"Is the {NAMES[0]} left of the {NAMES[1]}? Answer yes or no."
     task = make_task("spatialsim_robospatial", question)
     policy = ScriptedPolicy()
     messages: list[dict] = [{"role": "user", "content": question}]
     first = asyncio.run(policy.act(EpisodeState(task, messages, [IMAGE], 0, [])))
     messages.append({"role": "assistant", "content": first})
-    for reply in ["Error: RuntimeError: pointing inference failed", detected(NAMES[1], 0.7, 0.5), DEPTH_TEXT]:
+    for reply in [first_reply, detected(NAMES[1], 0.7, 0.5), DEPTH_TEXT]:
         messages.append(tool_message(reply))
     second = parse_turn(asyncio.run(policy.act(EpisodeState(task, messages, [IMAGE], 1, []))))
     assert [(c.name, c.arguments["obj_name"]) for c in second.tool_calls] == [("vlm.detect_one", NAMES[0])]
+
+
+def test_a_failed_segmentation_is_asked_again_before_the_box_fit() -> None:
+    corners = [(0.30 + 0.01 * k, 0.40 + 0.02 * (k % 4)) for k in range(8)]
+    question = templates.POSE[0].format(a=NAMES[0]) + " " + templates.CORNERS_INSTRUCTION
+    turns, answer = run_plan(
+        make_task("spatialsim_boppose", question),
+        [
+            [detected(NAMES[0], 0.3, 0.45), DEPTH_TEXT],
+            ["Error: RuntimeError: SAM2 inference failed (transient error); retry the call"],
+            [SEGMENTED],
+            [box_text((0, 0, 1), corners)],
+        ],
+    )
+    assert [turn[0][0] for turn in turns[1:]] == [
+        "sam2.segment_from_point",
+        "sam2.segment_from_point",
+        "bounding_box.compute_bbox",
+    ]
+    assert answer == "[" + ", ".join(f"({x:.3f}, {y:.3f})" for x, y in corners) + "]"
+
+
+@pytest.mark.parametrize("template", templates.COMPATIBILITY)
+@pytest.mark.parametrize(
+    ("side", "expected_phrase"),
+    [
+        ("to the left of", f"free space to the left of the {NAMES[1]} where the {NAMES[0]} can be placed"),
+        ("behind", f"free space behind the {NAMES[1]} where the {NAMES[0]} can be placed"),
+    ],
+)
+@pytest.mark.parametrize(("reply", "expected"), [(detected("spot", 0.2, 0.7), "Yes"), (NO_POINT, "No")])
+def test_compatibility_asks_roborefer_where_the_object_can_be_placed(
+    template: str, side: str, expected_phrase: str, reply: str, expected: str
+) -> None:
+    question = template.format(a=NAMES[0], b=NAMES[1], side=side) + " " + templates.YES_NO_INSTRUCTION
+    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
+    turns, answer = run_plan(task, [[reply]])
+    assert turns == [[("roborefer.detect_one", {"obj_name": expected_phrase, "image_index": 0})]]
+    assert answer == expected
+
+
+def test_compatibility_is_read_from_the_wording_without_a_qa_type() -> None:
+    question = f"Is there enough room for the {NAMES[0]} in front of the {NAMES[1]}? Answer yes or no."
+    turns, answer = run_plan(make_task("spatialsim_robospatial", question), [[detected("spot", 0.5, 0.9)]])
+    assert turns[0][0][1]["obj_name"].startswith(f"free space in front of the {NAMES[1]} where")
+    assert answer == "Yes"
+
+
+@pytest.mark.parametrize(
+    ("replies", "expected"),
+    [
+        (["Error: RuntimeError: pointing inference failed", detected("spot", 0.3, 0.6)], "Yes"),
+        (["Error: RuntimeError: pointing inference failed", NO_POINT], "No"),
+        (["Error: RuntimeError: pointing inference failed"] * 2, "No"),
+    ],
+)
+def test_compatibility_retries_only_a_failed_call_and_never_asks_the_vlm(
+    replies: list[str], expected: str
+) -> None:
+    question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
+    turns, answer = run_plan(
+        make_task("spatialsim_robospatial", question, qa_type="compatibility"), [[r] for r in replies]
+    )
+    phrase = f"free space to the right of the {NAMES[1]} where the {NAMES[0]} can be placed"
+    assert turns == [[("roborefer.detect_one", {"obj_name": phrase, "image_index": 0})]] * len(replies)
+    assert answer == expected
 
 
 @pytest.mark.parametrize("template", templates.BLINK_DEPTH)

@@ -154,8 +154,10 @@ def test_system_prompt_file_reaches_every_episode(data: Path, tmp_path: Path) ->
     out = tmp_path / "run"
     result = CliRunner().invoke(
         app,
-        ["eval", "--policy", "scripted", "--data", str(data), "--out", str(out), "--profile", "exact"]
-        + ["--bench", ONE_BENCH, "--system-prompt", str(template), "--max-tool-response-chars", "300"],
+        [
+            *("eval", "--policy", "scripted", "--data", str(data), "--out", str(out), "--profile", "exact"),
+            *("--bench", ONE_BENCH, "--system-prompt", str(template), "--max-tool-response-chars", "300"),
+        ],
     )
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "samples.jsonl")
@@ -174,8 +176,10 @@ def test_system_prompt_file_reaches_every_episode(data: Path, tmp_path: Path) ->
 def test_unreachable_toolshed_server_is_a_clear_error(data: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["eval", "--policy", "scripted", "--data", str(data), "--out", str(tmp_path / "run")]
-        + ["--bench", ONE_BENCH, "--toolshed-url", "http://127.0.0.1:9"],
+        [
+            *("eval", "--policy", "scripted", "--data", str(data), "--out", str(tmp_path / "run")),
+            *("--bench", ONE_BENCH, "--toolshed-url", "http://127.0.0.1:9"),
+        ],
     )
     assert result.exit_code == 1
     assert "127.0.0.1:9" in " ".join(result.output.split())

@@ -100,6 +100,7 @@ class _Episode:
                     variables=sorted(result.variables),
                     latency_s=latency_s,
                     turn=state.turn,
+                    image_indices=indices,
                 )
             )
         for error in errors:

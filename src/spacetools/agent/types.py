@@ -92,7 +92,11 @@ class Policy(Protocol):
 
 @dataclass
 class ToolCallRecord:
-    """One executed tool call: what was asked, what came back, and how long it took."""
+    """One executed tool call: what was asked, what came back, and how long it took.
+
+    ``image_indices`` are the conversation indices of the pictures the call returned (see
+    :class:`Trajectory` for where those images are kept).
+    """
 
     name: str
     arguments: dict[str, Any]
@@ -101,6 +105,16 @@ class ToolCallRecord:
     variables: list[str]
     latency_s: float
     turn: int
+    image_indices: list[int] = field(default_factory=list)
+
+
+def assistant_text(messages: Iterable[dict[str, Any]]) -> str:
+    """Every assistant turn's raw text, joined by newlines: the solution string verl hands a scorer."""
+    return "\n".join(
+        message["content"]
+        for message in messages
+        if message.get("role") == "assistant" and isinstance(message.get("content"), str)
+    )
 
 
 @dataclass
@@ -109,8 +123,10 @@ class Trajectory:
 
     ``images`` holds only the images tools added; an image part with index ``i`` refers to the
     task's image ``i`` when ``i < task_image_count`` and to ``images[i - task_image_count]`` otherwise.
-    ``finish_reason`` is one of ``answer``, ``no_tool_call``, ``max_turns``, ``policy_error``.
-    ``error`` is set when the policy raised, so a run never loses an episode silently.
+    ``finish_reason`` is one of ``answer``, ``no_tool_call``, ``max_turns``, ``policy_error``,
+    ``toolshed_error``.
+    ``error`` is set when the policy, the Toolshed or the scorer failed, so a run never loses an
+    episode silently.
     """
 
     task_id: str
@@ -131,11 +147,7 @@ class Trajectory:
     @property
     def solution_text(self) -> str:
         """Every assistant turn's raw text, joined by newlines: the solution string verl hands a scorer."""
-        return "\n".join(
-            message["content"]
-            for message in self.messages
-            if message.get("role") == "assistant" and isinstance(message.get("content"), str)
-        )
+        return assistant_text(self.messages)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON-compatible dict (tool images become PNG data URLs)."""

@@ -42,7 +42,7 @@ SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
 RUN_FILE = "run.json"
-THUMBNAIL_WIDTH = 240
+THUMBNAIL_WIDTH = 320
 
 # extra_info keys that carry the answer: a policy must never see them.
 HIDDEN_EXTRA_INFO_KEYS = frozenset({"answer", "ground_truth"})
@@ -116,20 +116,9 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def solution_text(trajectory: Trajectory) -> str:
-    """Everything the policy wrote, as verl hands it to a reward function (the last answer wins)."""
-    return "\n".join(
-        m["content"]
-        for m in trajectory.messages
-        if m.get("role") == "assistant" and isinstance(m["content"], str)
-    )
-
-
 def score_sample(sample: Sample, trajectory: Trajectory) -> dict[str, Any]:
     """The reward module's score of a trajectory against the sample's ground truth."""
-    return compute_score(
-        sample.data_source, solution_text(trajectory), sample.ground_truth, sample.extra_info
-    )
+    return compute_score(sample.data_source, trajectory.solution_text, sample.ground_truth, sample.extra_info)
 
 
 def thumbnail_data_url(image: np.ndarray, width: int = THUMBNAIL_WIDTH) -> str:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 from spacetools.rewards import aggregate
@@ -145,24 +146,41 @@ def format_metrics(metrics: dict[str, float]) -> str:
     return ", ".join(f"{name} {value:.1f}" for name, value in metrics.items() if name not in HIDDEN_METRICS)
 
 
+def other_figures(metrics: dict[str, float]) -> str:
+    """The figures beside the headline as ``name=value`` pairs (a narrow column wraps between pairs);
+    empty when the benchmark has only the one figure the headline repeats."""
+    named = [name for name in metrics if name not in HIDDEN_METRICS]
+    if len(named) < 2:
+        return ""
+    return " ".join(f"{name}={metrics[name]:.1f}" for name in named)
+
+
 def summary_table(summary: Summary) -> Table:
-    """The end-of-run table: one row per benchmark."""
-    table = Table(title=f"{summary.policy} on {summary.data} ({summary.profile} tools)")
-    for column in ("benchmark", "n", "metrics", "calls/ep", "tool failures", "turns", "s/ep"):
-        table.add_column(
-            column,
-            justify="left" if column in ("benchmark", "metrics") else "right",
-            no_wrap=column != "metrics",
-        )
+    """The end-of-run table, one row per benchmark, readable in an 80-column terminal."""
+    table = Table(
+        title=f"{summary.policy} on {summary.data} ({summary.profile} tools)",
+        caption="score: the paper's headline figure; calls: tool calls per episode; fails: failed tool "
+        "calls in all; s/ep: seconds per episode",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+        show_edge=False,
+    )
+    table.add_column("benchmark", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("score", justify="right", no_wrap=True, style="bold")
+    table.add_column("other figures", ratio=1, min_width=12)
+    for column in ("calls", "fails", "turns", "s/ep"):
+        table.add_column(column, justify="right", no_wrap=True)
     for bench in summary.benchmarks.values():
         table.add_row(
             bench.key.removeprefix("spatialsim_"),
             str(bench.n),
-            format_metrics(bench.metrics),
+            f"{bench.metrics.get('headline', float('nan')):.1f}",
+            other_figures(bench.metrics),
             f"{bench.tool_calls_mean:.1f}",
-            f"{bench.tool_failures} ({bench.tool_failure_rate:.0%})",
+            str(bench.tool_failures),
             f"{bench.turns_mean:.1f}",
-            f"{bench.wall_s_mean:.2f}",
+            f"{bench.wall_s_mean:.1f}",
         )
     return table
 

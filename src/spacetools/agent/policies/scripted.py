@@ -329,8 +329,10 @@ def locate(
 ) -> tuple[list[Point | None], list[ToolOutcome]]:
     """Point at each name with roborefer (plus ``extra`` calls in the same turn).
 
-    Misses are asked once more of the second pointing model, failed extra calls are repeated, as
-    long as ``reserve`` tool turns stay free for what follows.
+    As long as ``reserve`` tool turns stay free for what follows, one more turn asks the second
+    pointing model for every name roborefer failed on or found nothing for, and repeats the failed
+    ``extra`` calls. (The second model rather than roborefer again: the Toolshed seeds a call's
+    randomness from its name and arguments, so a simulated failure repeats with the same call.)
     """
     listed = " and ".join(f"the {n}" for n in names)
     thought = f"I need to find {listed} in the image" + (" and measure the scene's depth." if extra else ".")
@@ -352,13 +354,18 @@ def locate(
     return points, extras
 
 
+def segment(replay: ToolReplay, name: str, point: Point, *, reserve: int = 1) -> ToolOutcome:
+    """Segment the object at ``point``; a failed call is repeated once while ``reserve`` turns stay free."""
+    call = ("sam2.segment_from_point", point_args(point))
+    segmented = replay.call(f"The {name} is at {fmt_point(point)}; I will segment it.", call)[0]
+    if segmented.is_error and replay.turns_left > reserve:
+        segmented = replay.call("Segmentation failed; I ask again.", call)[0]
+    return segmented
+
+
 def object_box(replay: ToolReplay, name: str, point: Point) -> Box3D | None:
     """Segment the object at ``point`` and fit its 3D box (needs ``$point_cloud`` already stored)."""
-    segmented = replay.call(
-        f"The {name} is at {fmt_point(point)}; I will segment it.",
-        ("sam2.segment_from_point", point_args(point)),
-    )[0]
-    if segmented.is_error:
+    if segment(replay, name, point).is_error:
         return None
     thought = f"Now I fit the {name}'s oriented 3D box to its masked points."
     return read_box(replay.call(thought, FIT_BOX)[0])
@@ -413,6 +420,41 @@ def plan_configuration(task: Task, replay: ToolReplay) -> Answer:
     )
 
 
+def _side_words(relation: str) -> str:
+    """A side as a phrase reads it: ``to the left of``, ``behind``."""
+    return f"to the {relation}" if relation in ("left of", "right of") else relation
+
+
+def placement_phrase(relation: str, anchor: str, item: str) -> str:
+    """The pointing request for a spot beside ``anchor`` where ``item`` fits."""
+    return f"free space {_side_words(relation)} the {anchor} where the {item} can be placed"
+
+
+def plan_compatibility(task: Task, replay: ToolReplay) -> Answer:
+    """Yes/no "can the A fit <side> the B?": ask the spatial pointer where the A can be placed there.
+
+    RoboRefer answers a placement request with a point only when the A fits, so a point means Yes and
+    an empty detection means No. A failed call is asked once more; the second pointing model is never
+    asked, since it ignores relations and would point at an object whatever the free space.
+    """
+    match = _match(_COMPATIBILITY_RE, task.question, "compatibility")
+    item, anchor, relation = _group(match, "a", "a2"), _group(match, "b"), _relation(match)
+    phrase = placement_phrase(relation, anchor, item)
+    (outcome,) = replay.call(
+        f"I ask where the {item} could be placed {relation} the {anchor}.", detect(phrase)
+    )
+    if outcome.is_error and replay.turns_left > 0:
+        (outcome,) = replay.call("The pointing call failed; I ask again.", detect(phrase))
+    if outcome.is_error:
+        return Answer(
+            "No", f"The pointing model could not tell me where the {item} would fit, so I cannot confirm it."
+        )
+    point = first_point(outcome)
+    if point is None:
+        return Answer("No", f"There is no free space {relation} the {anchor} where the {item} fits.")
+    return Answer("Yes", f"The {item} can be placed {relation} the {anchor}, at {fmt_point(point)}.")
+
+
 def _nudge(point: Point, relation: str, step: float = 0.08) -> Point:
     """A point moved in the image towards a side (a last-resort guess when pointing failed)."""
     du, dv = {
@@ -425,8 +467,8 @@ def _nudge(point: Point, relation: str, step: float = 0.08) -> Point:
 
 
 def _free_space_phrase(relation: str, anchor: str) -> str:
-    side = f"to the {relation}" if relation in ("left of", "right of") else relation
-    return f"vacant space {side} the {anchor}"
+    """The pointing request for vacant space on one side of ``anchor``."""
+    return f"vacant space {_side_words(relation)} the {anchor}"
 
 
 def plan_free_space_point(task: Task, replay: ToolReplay) -> Answer:
@@ -573,11 +615,7 @@ def plan_grasp(task: Task, replay: ToolReplay) -> Answer:
     if point is None or depth.is_error:
         guess = point or (0.5, 0.5)
         return Answer(fmt_grasp([guess] * 5), f"I could not measure the {target}; I guess a grasp at it.")
-    segmented = replay.call(
-        f"The {target} is at {fmt_point(point)}; I will segment it.",
-        ("sam2.segment_from_point", point_args(point)),
-    )[0]
-    if segmented.is_error:
+    if segment(replay, target, point).is_error:
         return Answer(fmt_grasp([point] * 5), "Segmentation failed; I guess a grasp at the detected point.")
     fitted = replay.call("I fit its 3D box and generate a collision-free grasp.", FIT_BOX, FIT_GRASP)
     grasp = read_grasp(fitted[1])
@@ -659,6 +697,7 @@ def plan_detect_2d(task: Task, replay: ToolReplay) -> Answer:
 #: The plan for each SpatialSim family and each paper benchmark key.
 PLANS: dict[str, Plan] = {
     "configuration": plan_configuration,
+    "compatibility": plan_compatibility,
     "vacant": plan_free_space_point,
     "reflocation": plan_location,
     "refplacement": plan_free_space_point,
@@ -677,10 +716,9 @@ def choose_plan(task: Task) -> Plan:
     family = task.data_source.removeprefix("spatialsim_")
     if family == "robospatial":
         qa_type = str(task.extra_info.get("qa_type") or task.extra_info.get("category") or "")
-        by_type = {"configuration": plan_configuration, "compatibility": plan_compatibility}
-        if qa_type in by_type:
-            return by_type[qa_type]
-        if qa_type == "vacant" or _POINTING_QUESTION_RE.search(task.question):
+        if qa_type in ("configuration", "compatibility", "vacant"):
+            return PLANS[qa_type]
+        if _POINTING_QUESTION_RE.search(task.question):
             return plan_free_space_point
         return plan_compatibility if _COMPATIBILITY_RE.search(task.question) else plan_configuration
     if family == "refspatial":
@@ -713,34 +751,3 @@ class ScriptedPolicy:
         except _Pending as pending:
             return format_tool_turn(pending.thought, pending.calls)
         return format_answer_turn(answer)
-
-
-def placement_phrase(relation: str, anchor: str, item: str) -> str:
-    """The pointing request for a spot beside ``anchor`` where ``item`` fits."""
-    side = f"to the {relation}" if relation in ("left of", "right of") else relation
-    return f"free space {side} the {anchor} where the {item} can be placed"
-
-
-def plan_compatibility(task: Task, replay: ToolReplay) -> Answer:
-    """Yes/no "can the A fit <side> the B?": ask the spatial pointer where the A can be placed there.
-
-    RoboRefer answers a placement request with a point only when the A fits, so a point means Yes and
-    an empty detection means No. A failed call is asked once more; the second pointing model is never
-    asked, since it ignores relations and would point at an object whatever the free space.
-    """
-    match = _match(_COMPATIBILITY_RE, task.question, "compatibility")
-    item, anchor, relation = _group(match, "a", "a2"), _group(match, "b"), _relation(match)
-    phrase = placement_phrase(relation, anchor, item)
-    (outcome,) = replay.call(
-        f"I ask where the {item} could be placed {relation} the {anchor}.", detect(phrase)
-    )
-    if outcome.is_error and replay.turns_left > 0:
-        (outcome,) = replay.call("The pointing call failed; I ask again.", detect(phrase))
-    if outcome.is_error:
-        return Answer(
-            "No", f"The pointing model could not tell me where the {item} would fit, so I cannot confirm it."
-        )
-    point = first_point(outcome)
-    if point is None:
-        return Answer("No", f"There is no free space {relation} the {anchor} where the {item} fits.")
-    return Answer("Yes", f"The {item} can be placed {relation} the {anchor}, at {fmt_point(point)}.")

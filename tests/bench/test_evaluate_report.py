@@ -1,0 +1,142 @@
+"""The run's report page and end-of-run table, on hand-written rows (the end-to-end run is in
+test_evaluate.py)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from spacetools.agent.types import ToolCallRecord, Trajectory
+from spacetools.bench.dataset import Sample
+from spacetools.bench.evaluate import thumbnail_data_url
+from spacetools.bench.report import PREDICTED, TRUTH, annotate, render_report
+from spacetools.bench.summary import summarize, summary_table
+from spacetools.rewards import compute_score
+
+IMAGE = np.full((120, 160, 3), 90, dtype=np.uint8)
+QUESTION = (
+    "Two points are circled on the image, labeled by A and B beside each circle. Which point is closer to "
+    "the camera? Select from the following choices. (A) A (B) B"
+)
+BOX_RESULT = (
+    "Oriented bounding box computed from 500/3072 points.\n"
+    "Corners in 3D: [[-0.05, 0.05, 0.95], [0.05, 0.05, 0.95], [0.05, 0.05, 1.05], [-0.05, 0.05, 1.05], "
+    "[-0.05, -0.05, 0.95], [0.05, -0.05, 0.95], [0.05, -0.05, 1.05], [-0.05, -0.05, 1.05]]\n"
+    "Corners in normalized image coordinates: [(0.4, 0.6), (0.6, 0.6), (0.58, 0.55), (0.42, 0.55), "
+    "(0.4, 0.4), (0.6, 0.4), (0.58, 0.35), (0.42, 0.35)]\n"
+)
+
+GRASP_RESULT = (
+    "Generated collision-free grasp with confidence 0.792 from 835/3072 masked points. Filtered 100 → 55 "
+    "collision-free grasps. Projected 2D gripper points: [(0.5, 0.5), (0.46, 0.5), (0.54, 0.5), (0.46, 0.56), "
+    "(0.54, 0.56)]"
+)
+
+
+def sample(data_source: str, ground_truth: str, **extra: object) -> Sample:
+    return Sample(
+        data_source=data_source,
+        prompt=[{"role": "user", "content": "<image>" + QUESTION}],
+        images=[IMAGE],
+        ground_truth=ground_truth,
+        extra_info={"index": 0, "question": "<image>\n" + QUESTION, **extra},
+    )
+
+
+def row(data_source: str, answer: str, truth: str, calls: list[ToolCallRecord], pictures: int = 0) -> dict:
+    trajectory = Trajectory(
+        task_id=f"{data_source}/0",
+        data_source=data_source,
+        messages=[{"role": "assistant", "content": f"<answer>{answer}</answer>"}],
+        tool_calls=calls,
+        answer=answer,
+        turns=len(calls) + 1,
+        score=None,
+        parse_errors=0,
+        stats={},
+        wall_s=0.5,
+    )
+    shade = [np.full((30, 40, 3), 200 + k, dtype=np.uint8) for k in range(pictures)]
+    return {
+        "id": f"{data_source}/0",
+        "data_source": data_source,
+        "question": QUESTION,
+        "score": compute_score(data_source, f"<answer>{answer}</answer>", truth, {"choices": ["A", "B"]}),
+        "trajectory": trajectory.to_dict(),
+        "tool_images": [thumbnail_data_url(image) for image in shade],
+    }
+
+
+def call(name: str, result: str, turn: int, image_indices: list[int] | None = None) -> ToolCallRecord:
+    return ToolCallRecord(name, {"image_index": 0}, result, False, [], 0.01, turn, image_indices or [])
+
+
+def page_for(rows: list[dict], samples: dict[str, Sample]) -> str:
+    summary = summarize(rows, policy="scripted", profile="exact", data="d")
+    return render_report(summary, rows, samples)
+
+
+def test_sample_line_shows_a_clean_prefix_and_the_body_the_full_question() -> None:
+    key = "spatialsim_blinkdepth"
+    page = page_for([row(key, "(A)", "(A)", [])], {f"{key}/0": sample(key, "(A)", choices=["A", "B"])})
+    summary_line = re.search(r"<summary>(.*?)</summary>", page, re.DOTALL).group(1)  # type: ignore[union-attr]
+    shown = summary_line.rsplit("</code> ", 1)[1]
+    assert shown.endswith("…") and "[" not in shown and len(shown) <= 111
+    assert QUESTION.startswith(shown.removesuffix("…"))
+    assert f"<b>Question.</b> {QUESTION}" in page
+
+
+def test_every_tool_picture_sits_in_the_row_of_the_call_that_made_it() -> None:
+    key = "spatialsim_boppose"
+    corners = "[(0.4, 0.6), (0.6, 0.6), (0.58, 0.55), (0.42, 0.55), (0.4, 0.4), (0.6, 0.4), (0.58, 0.35), (0.42, 0.35)]"
+    calls = [
+        call("roborefer.detect_one", "Detected 1 instance(s) of 'box': [(0.500, 0.500)]", 1, [1]),
+        call("depth_estimator.estimate_depth_with_pointcloud", "Generated depth.", 1, [2]),
+        call("sam2.segment_from_point", "Segmented object.", 2, [3]),
+        call("bounding_box.compute_bbox", BOX_RESULT, 3),
+        call("grasp_generator.compute_grasp", GRASP_RESULT, 3, [4]),
+    ]
+    the_row = row(key, corners, corners, calls, pictures=4)
+    page = page_for([the_row], {f"{key}/0": sample(key, corners)})
+    chain = page.split("<table class='chain'>", 1)[1].split("</table>", 1)[0]
+    call_rows = chain.split("<tr>")[2:]  # after the header row
+    assert len(call_rows) == 5
+    for call_row, url in zip(call_rows[:3], the_row["tool_images"][:3], strict=True):
+        assert call_row.count("<img") == 1 and url in call_row
+    # The box fit returns no picture: the report draws its corners; a grasp gets a zoom beside its own.
+    assert call_rows[3].count("<img") == 1 and "fitted box" in call_rows[3]
+    assert call_rows[4].count("<img") == 2 and the_row["tool_images"][3] in call_rows[4]
+    assert "gripper points" in call_rows[4]
+
+
+@pytest.mark.parametrize(("kind", "answer", "truth"), [("yesno", "No", "Yes"), ("choice", "(B)", "(A)")])
+def test_verdicts_are_written_under_the_picture_in_red_and_green(kind: str, answer: str, truth: str) -> None:
+    plain = annotate(IMAGE, "points", "", "")
+    picture = np.asarray(annotate(IMAGE, kind, answer, truth))
+    assert picture.shape[0] > plain.height  # a strip below the image
+    strip = picture[plain.height :].reshape(-1, 3).astype(int)
+    for colour in (PREDICTED, TRUTH):  # anti-aliased text: look for its full colour, give or take
+        assert (np.abs(strip - colour).max(axis=1) < 30).sum() >= 20, colour
+
+
+def test_end_of_run_table_fits_80_columns_with_the_headline_on_the_benchmark_line() -> None:
+    grasp = (
+        "Grasp center: [0.5, 0.5], Left finger base: [0.45, 0.5], Right finger base: [0.55, 0.5], "
+        "Left finger tip: [0.45, 0.6], Right finger tip: [0.55, 0.6]"
+    )
+    rows = [
+        row("spatialsim_robospatial", "Yes", "Yes", []),
+        row("spatialsim_bopgrasp", grasp, grasp, []),
+        row("spatialsim_cvb2drelation", "(B)", "(A)", []),
+    ]
+    console = Console(width=80, file=io.StringIO(), record=True)
+    console.print(summary_table(summarize(rows, policy="scripted", profile="exact", data="/tmp/some/data")))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for name, headline in (("robospatial", "100.0"), ("bopgrasp", "100.0"), ("cvb2drelation", "0.0")):
+        (line,) = [line for line in lines if line.split() and line.split()[0] == name]
+        assert line.split()[1:3] == ["1", headline]
