@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +63,9 @@ class SessionState:
     last_used: float
     variables: OrderedDict[str, tuple[Any, int]] = field(default_factory=OrderedDict)
     evicted: set[str] = field(default_factory=set)
+    #: How often each call (name and arguments) was made: a repeated call draws new noise, so a
+    #: retry after a simulated transient failure can succeed, and results stay reproducible.
+    call_repeats: Counter[str] = field(default_factory=Counter)
     nbytes: int = 0
     closed: bool = False
 

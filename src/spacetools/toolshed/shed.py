@@ -229,7 +229,7 @@ class Toolshed:
             session_id=state.id,
             images=list(state.images),
             scenes=list(state.scenes),
-            rng=np.random.default_rng(_call_seed(self.seed, state.seed, name, raw)),
+            rng=np.random.default_rng(self._call_seed(state, name, raw)),
             profile=self.profile,
         )
         result = await router.call(name, kwargs, ctx)
@@ -239,6 +239,21 @@ class Toolshed:
                 names = ", ".join(f"${variable}" for variable in dropped)
                 result.text += f"\n(Note: {names} could not be kept within the session memory limit.)"
         return result
+
+    def _call_seed(self, state: SessionState, name: str, raw_arguments: dict[str, Any]) -> int:
+        """A stable seed from the call's identity and how often it was made before in the session.
+
+        Results then depend neither on scheduling nor on the process that runs the call.
+        """
+        identity = json.dumps(
+            [self.seed, state.seed, name, raw_arguments],
+            sort_keys=True,
+            separators=(",", ":"),
+            default=_digest,
+        )
+        repeat = state.call_repeats[identity]
+        state.call_repeats[identity] += 1
+        return int.from_bytes(hashlib.sha256(f"{identity}#{repeat}".encode()).digest()[:8], "little")
 
     def _unknown_tool_message(self, name: str) -> str:
         known = list(self._methods)
@@ -258,14 +273,6 @@ def _parse_arguments(name: str, arguments: Arguments) -> dict[str, Any]:
     if not isinstance(arguments, Mapping):
         raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
     return dict(arguments)
-
-
-def _call_seed(shed_seed: int, session_seed: int, name: str, raw_arguments: dict[str, Any]) -> int:
-    """A stable seed from the call's identity, so results do not depend on scheduling or process."""
-    canonical = json.dumps(
-        [shed_seed, session_seed, name, raw_arguments], sort_keys=True, separators=(",", ":"), default=_digest
-    )
-    return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:8], "little")
 
 
 def _digest(value: Any) -> str:
