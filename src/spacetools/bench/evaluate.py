@@ -35,7 +35,8 @@ from spacetools.bench.dataset import Sample, read_samples
 from spacetools.bench.report import write_report
 from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.rewards import compute_score
-from spacetools.toolshed import PROFILES, ToolDeployment, Toolshed
+from spacetools.tools.realism import get_profile
+from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteToolshed
 
 SAMPLES_FILE = "samples.jsonl"
@@ -237,8 +238,7 @@ async def evaluate_async(
     process; ``toolset``, ``profile`` and ``seed`` are then the server's. A console shows a progress
     bar and the final table. Returns the summary over every row of the run (resumed ones included).
     """
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    get_profile(profile)  # a ValueError listing the choices
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     out = Path(out_dir)

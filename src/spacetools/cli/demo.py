@@ -10,9 +10,10 @@ import typer
 from rich.console import Console
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
-from spacetools.bench.evaluate import PROFILES, REPORT_FILE, evaluate
+from spacetools.bench.evaluate import REPORT_FILE, evaluate
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
+from spacetools.cli.options import profile_option
 
 
 def demo(
@@ -21,14 +22,10 @@ def demo(
     ),
     n: int = typer.Option(20, "--n", min=1, help="Questions per family."),
     seed: int = typer.Option(0, "--seed", help="Seed of the generated set and of the tools' realism."),
-    profile: str = typer.Option("realistic", "--profile", help=f"Tool realism: {', '.join(PROFILES)}."),
+    profile: str = profile_option(),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes run at once."),
 ) -> None:
     """Generate SpatialSim questions, run the scripted expert with live tools, print the table and report."""
-    if profile not in PROFILES:
-        raise typer.BadParameter(
-            f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}", param_hint="--profile"
-        )
     console = Console()
     data, run = out / "data", out / "run"
     try:

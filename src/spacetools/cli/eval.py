@@ -10,8 +10,9 @@ import typer
 from rich.console import Console
 
 from spacetools.agent.policies import POLICIES, make_policy
-from spacetools.bench.evaluate import PROFILES, REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, evaluate
+from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, evaluate
 from spacetools.bench.summary import Summary, compare_table
+from spacetools.cli.options import profile_option
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -51,7 +52,7 @@ def run(
     bench: list[str] | None = typer.Option(
         None, "--bench", help="Benchmark keys (parquet stems), comma-separated or repeated; default all."
     ),
-    profile: str = typer.Option("realistic", "--profile", help=f"Tool realism: {', '.join(PROFILES)}."),
+    profile: str = profile_option(),
     limit: int | None = typer.Option(None, "--limit", help="At most this many samples per benchmark."),
     concurrency: int = typer.Option(8, "--concurrency", help="Episodes run at once."),
     max_turns: int = typer.Option(8, "--max-turns", help="Assistant turns per episode."),
@@ -85,10 +86,6 @@ def run(
     if missing:
         raise typer.BadParameter(f"missing {', '.join(missing)}", param_hint=", ".join(missing))
     assert policy is not None and data is not None and out is not None  # checked just above
-    if profile not in PROFILES:
-        raise typer.BadParameter(
-            f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}", param_hint="--profile"
-        )
     if limit is not None and limit < 1:
         raise typer.BadParameter(f"must be at least 1, got {limit}", param_hint="--limit")
     if concurrency < 1:

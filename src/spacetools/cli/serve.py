@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from spacetools.tools.realism import get_profile
-from spacetools.toolshed import PROFILES, Toolshed
+from spacetools.cli.options import profile_option
+from spacetools.toolshed import Toolshed
 from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
 
 
@@ -17,7 +17,7 @@ def serve(
         str, typer.Option(help="Address to listen on (0.0.0.0 for every interface).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8765,
-    profile: Annotated[str, typer.Option(help=f"Tool realism: {', '.join(PROFILES)}.")] = "realistic",
+    profile: str = profile_option(),
     seed: Annotated[int, typer.Option(help="Toolshed seed (the same seed gives the same tool noise).")] = 0,
 ) -> None:
     """Serve a tool set over HTTP until interrupted (clients: `spacetools.toolshed.client.RemoteToolshed`)."""
@@ -26,10 +26,6 @@ def serve(
 
     from spacetools.toolshed.http import create_app
 
-    try:
-        get_profile(profile)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--profile") from error
     try:
         deployments = get_toolset(toolset)
     except ValueError as error:

@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spacetools.cli.options import profile_option
 from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
-from spacetools.tools.realism import PROFILE_NAMES, get_profile
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
 
@@ -168,15 +168,11 @@ async def _run_calls(
 def run(
     scene: str = typer.Option(..., "--scene", help="A scene directory (from scene.save) or an integer seed."),
     calls: Path = typer.Option(..., "--calls", help='JSON list of {"name": …, "arguments": {…}}.'),
-    profile: str = typer.Option("exact", "--profile", help=f"Realism profile: {', '.join(PROFILE_NAMES)}."),
+    profile: str = profile_option("exact"),
     toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
     seed: int = typer.Option(0, "--seed", help="Toolshed seed (the same seed gives the same results)."),
 ) -> None:
     """Run tool calls in order in one session on a simulated scene; print the results as JSON."""
-    try:
-        get_profile(profile)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--profile") from error
     deployments = _deployments(toolset)
     call_list = _read_calls(calls)
     with _stdout_to_stderr() as stdout_fd:

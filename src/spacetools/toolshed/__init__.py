@@ -3,6 +3,6 @@
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
 from spacetools.toolshed.session import SessionStore
-from spacetools.toolshed.shed import PROFILES, Session, Toolshed
+from spacetools.toolshed.shed import Session, Toolshed
 
-__all__ = ["PROFILES", "Session", "SessionStore", "ToolDeployment", "ToolRouter", "Toolshed"]
+__all__ = ["Session", "SessionStore", "ToolDeployment", "ToolRouter", "Toolshed"]

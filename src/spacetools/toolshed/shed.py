@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from spacetools.tools.definition import ToolContext, ToolError, ToolMethod, ToolResult, ToolSpec, tool_methods
-from spacetools.tools.realism import PROFILE_NAMES, get_profile
+from spacetools.tools.realism import get_profile
 from spacetools.toolshed.backends import BACKENDS
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
@@ -27,9 +27,8 @@ from spacetools.toolshed.session import SessionClosedError, SessionState, Sessio
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.toolshed.variables import resolve_references
 
-__all__ = ["PROFILES", "Session", "Toolshed"]
+__all__ = ["Session", "Toolshed"]
 
-PROFILES = PROFILE_NAMES  # the realism profiles simulated tools understand
 Arguments = Mapping[str, Any] | str | None
 
 
