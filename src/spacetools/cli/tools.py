@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.padding import Padding
 
 from spacetools.cli.options import profile_option
 from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
@@ -44,16 +44,18 @@ def list_tools(
 ) -> None:
     """List the tool methods of a tool set with their arguments and how they are served."""
     deployments = _deployments(toolset)
-    table = Table(title=f"Tool set {toolset}")
-    table.add_column("tool", no_wrap=True)
-    for column in ("arguments", "backend", "instances", "description"):
-        table.add_column(column)
+    # One block per tool rather than a table: signatures are long and must read at 80 columns.
+    console.print(f"[bold]Tool set {toolset}[/bold]")
     for deployment in deployments:
-        for spec in tool_specs(deployment.tool_class()):
+        tool = deployment.tool_class()
+        console.print(
+            f"\n[bold]{tool.name}[/bold]  ({deployment.backend}, {deployment.instances} instance(s))"
+        )
+        for spec in tool_specs(tool):
             arguments = ", ".join(spec.parameters["properties"])
             summary = spec.description.splitlines()[0]
-            table.add_row(spec.name, arguments, deployment.backend, str(deployment.instances), summary)
-    console.print(table)
+            console.print(f"  [cyan]{spec.name}[/cyan]({arguments})", highlight=False)
+            console.print(Padding(summary, (0, 0, 0, 6)), highlight=False)
 
 
 @app.command("schemas")
