@@ -50,7 +50,8 @@ HIDDEN_EXTRA_INFO_KEYS = frozenset({"answer", "ground_truth"})
 
 
 def task_id(sample: Sample, position: int) -> str:
-    """A stable id: the data source and the row's ``extra_info.index`` (its position when absent)."""
+    """A stable id: the data source and the row's ``extra_info.index``, or else ``position``, the row's
+    place among its benchmark's rows (what the original evaluation calls ``sample_id``)."""
     return f"{sample.data_source}/{sample.extra_info.get('index', position)}"
 
 
@@ -81,12 +82,13 @@ def load_samples(
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     selected: dict[str, Sample] = {}
-    per_bench: dict[str, int] = {}
-    for position, sample in enumerate(read_samples(data, keys=benches)):
-        count = per_bench.get(sample.data_source, 0)
-        if limit is not None and count >= limit:
+    rows_seen: dict[str, int] = {}
+    for sample in read_samples(data, keys=benches):
+        # Positions count within each benchmark, so an unindexed row's id does not depend on other files.
+        position = rows_seen.get(sample.data_source, 0)
+        rows_seen[sample.data_source] = position + 1
+        if limit is not None and position >= limit:
             continue
-        per_bench[sample.data_source] = count + 1
         key = task_id(sample, position)
         if key in selected:
             raise ValueError(f"two samples share the id {key!r} (duplicate extra_info.index in {data})")
@@ -302,5 +304,18 @@ async def evaluate_async(
 
 
 def evaluate(policy: Policy, data: str | Path, **options: Any) -> Summary:
-    """Evaluate ``policy`` on ``data`` with live tools; the options are those of :func:`evaluate_async`."""
-    return asyncio.run(evaluate_async(policy, data, **options))
+    """Evaluate ``policy`` on ``data`` with live tools; the options are those of :func:`evaluate_async`.
+
+    This runs its own event loop, so before the loop ends it closes what the policy holds in it (its
+    ``aclose``: HTTP connections, a batching task); the policy stays usable for a later run.
+    """
+
+    async def run_then_close() -> Summary:
+        try:
+            return await evaluate_async(policy, data, **options)
+        finally:
+            close = getattr(policy, "aclose", None)
+            if close is not None:
+                await close()
+
+    return asyncio.run(run_then_close())

@@ -9,6 +9,7 @@ errors are the ``openai`` client's own.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import weakref
 from typing import Any
@@ -78,11 +79,32 @@ class OpenAIPolicy:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
-        self.client = openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
-        )
+        self._client_options: dict[str, Any] = {
+            "api_key": api_key,
+            "base_url": base_url,
+            "timeout": timeout_s,
+            "max_retries": max_retries,
+        }
+        self._client: openai.AsyncOpenAI | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
         self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
         self._image_urls = _DataUrlCache()
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The HTTP client of the running event loop, made on first use.
+
+        Its pooled connections belong to one loop, so a policy reused under a new loop (each
+        ``asyncio.run`` is one) gets a new client instead of failing with "Event loop is closed".
+        """
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if self._client is None or (loop is not None and self._client_loop is not loop):
+            self._client = openai.AsyncOpenAI(**self._client_options)
+            self._client_loop = loop
+        return self._client
 
     def chat_messages(self, state: EpisodeState) -> list[dict[str, Any]]:
         """The episode's messages in chat-completions form."""
@@ -119,8 +141,10 @@ class OpenAIPolicy:
         return response.choices[0].message.content or ""
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self.client.close()
+        """Close the HTTP client and its connections; a later :meth:`act` opens a new one."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
     def _content(
         self, content: str | list[dict[str, Any]], state: EpisodeState
