@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,11 @@ def test_headline_comes_first() -> None:
     figures = aggregate("cvb3ddepth", _rows("cvb3ddepth", ["(A)", "(B)"], "(A)"))
     assert list(figures) == ["headline", "accuracy", "n", "parse_rate"]
     assert figures["headline"] == figures["accuracy"] == 50.0
+
+
+def test_robospatial_without_vacant_rows_leaves_vacant_out() -> None:
+    rows = [compute_score("robospatial", "<answer>Yes</answer>", "Yes")] * 3
+    figures = aggregate("robospatial", rows)
+    assert "vacant" not in figures
+    assert figures["vqa"] == figures["overall"] == 100.0
+    json.dumps(figures, allow_nan=False)  # strict JSON: no NaN anywhere

@@ -17,21 +17,26 @@ REFSPATIAL_SPLITS: tuple[str, ...] = ("reflocation", "refplacement", "refunseen"
 
 
 def _percent_mean(rows: Rows, key: str) -> float:
-    """Mean of ``row[key]`` over rows, ×100; ValueError naming the key when a row lacks it."""
+    """Mean of ``row[key]`` over (at least one) rows, ×100; ValueError naming the key when a row lacks it."""
     try:
         values = [float(row[key]) for row in rows]
     except KeyError as error:
         raise ValueError(f"every score row needs the key {key!r} to aggregate this benchmark") from error
-    return 100.0 * float(np.mean(values)) if values else float("nan")
+    return 100.0 * float(np.mean(values))
 
 
 def _robospatial(rows: Rows) -> dict[str, float]:
-    """VQA (yes/no rows), vacant (point rows) and overall, the row-weighted mean of the two."""
-    vacant = [row for row in rows if _flag(row, "vacant")]
-    yes_no = [row for row in rows if not _flag(row, "vacant")]
+    """VQA (yes/no rows), vacant (point rows) and overall, the row-weighted mean of the two.
+
+    A part with no rows is left out rather than written as NaN, which strict JSON cannot hold.
+    """
+    figures: dict[str, float] = {}
+    for part, is_vacant in (("vqa", False), ("vacant", True)):
+        part_rows = [row for row in rows if _flag(row, "vacant") is is_vacant]
+        if part_rows:
+            figures[part] = _percent_mean(part_rows, "acc")
     overall = _percent_mean(rows, "acc")
-    vqa, vacant_score = _percent_mean(yes_no, "acc"), _percent_mean(vacant, "acc")
-    return {"vqa": vqa, "vacant": vacant_score, "overall": overall, "headline": overall}
+    return {**figures, "overall": overall, "headline": overall}
 
 
 def _flag(row: Mapping[str, Any], key: str) -> bool:
