@@ -1,4 +1,4 @@
-"""OpenAIPolicy against a real chat-completions server on 127.0.0.1 (see conftest.ChatServer)."""
+"""OpenAIPolicy against a real chat-completions server on 127.0.0.1 (see tests/chat_server.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from spacetools.agent.protocol import build_user_message, tool_message
 from spacetools.agent.types import EpisodeState, Task, data_url_to_image
 
 if TYPE_CHECKING:
-    from tests.agent.conftest import ChatServer
+    from chat_server import ScriptedChatServer as ChatServer
 
 IMAGE = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
 TOOL_IMAGE = np.full((3, 3, 3), 200, dtype=np.uint8)

@@ -21,7 +21,7 @@ from spacetools.tools.diagnostics import EchoTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 
 if TYPE_CHECKING:
-    from tests.agent.conftest import ChatServer
+    from chat_server import ScriptedChatServer as ChatServer
 
 T = TypeVar("T")
 IMAGE = np.zeros((8, 10, 3), dtype=np.uint8)

@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chat_server import RespondingChatServer
 from spacetools.agent.policies.openai import OpenAIPolicy
 from spacetools.agent.types import data_url_to_image
 from spacetools.bench.dataset import read_samples
 from spacetools.bench.evaluate import SAMPLES_FILE, evaluate, read_rows
 from spacetools.rewards import compute_score
 
-from .chat_endpoint import RespondingChatServer
 from .eval_run import read_run, run_eval
 
 # The object a question is about, in the SpatialSim templates for pose and yes/no relation questions.

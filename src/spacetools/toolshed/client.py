@@ -33,10 +33,10 @@ from spacetools.toolshed.http import (
     ImageResponse,
     SessionRequest,
     SessionResponse,
-    check_image,
     decode_image,
     encode_image,
 )
+from spacetools.toolshed.session import check_image, check_session_inputs
 
 __all__ = ["RemoteSession", "RemoteToolshed", "RemoteToolshedError"]
 
@@ -230,12 +230,7 @@ class RemoteToolshed:
         seed: int | None = None,
     ) -> RemoteSession:
         """A session for one episode, opened on the server by its first call."""
-        images = list(images)
-        for index, image in enumerate(images):
-            check_image(image, index)
-        scenes = list(scenes) if scenes is not None else [None] * len(images)
-        if len(scenes) != len(images):
-            raise ValueError(f"got {len(images)} images but {len(scenes)} scenes")
+        images, scenes = check_session_inputs(images, scenes)
         return RemoteSession(self, images, scenes, seed)
 
     async def fetch_stats(self) -> dict[str, Any]:

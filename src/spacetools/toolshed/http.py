@@ -31,6 +31,7 @@ from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, Field
 
 from spacetools.tools.definition import ToolResult, hermes_tools_block
+from spacetools.toolshed.session import check_image
 from spacetools.toolshed.shed import Session, Toolshed
 
 __all__ = [
@@ -41,23 +42,12 @@ __all__ = [
     "ImageResponse",
     "SessionRequest",
     "SessionResponse",
-    "check_image",
     "create_app",
     "decode_image",
     "encode_image",
 ]
 
 _ACCEPTED_MEDIA_TYPES = ("image/png", "image/jpeg")
-
-
-def check_image(image: Any, index: int | None = None) -> None:
-    """`ValueError` unless `image` (the conversation's image `index`) is a `(H, W, 3)` uint8 RGB array."""
-    if not (
-        isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8
-    ):
-        got = f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
-        which = "an image" if index is None else f"image {index}"
-        raise ValueError(f"{which} must be a uint8 RGB array of shape (H, W, 3), got {got}")
 
 
 def encode_image(image: np.ndarray) -> str:

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,3 +205,26 @@ class SessionStore:
         state.images.clear()
         state.nbytes = 0
         state.closed = True
+
+
+def check_image(image: Any, index: int | None = None) -> None:
+    """`ValueError` unless `image` (the conversation's image `index`) is a `(H, W, 3)` uint8 RGB array."""
+    if not (
+        isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8
+    ):
+        got = f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
+        which = "an image" if index is None else f"image {index}"
+        raise ValueError(f"{which} must be a uint8 RGB array of shape (H, W, 3), got {got}")
+
+
+def check_session_inputs(
+    images: Sequence[np.ndarray], scenes: Sequence[str | None] | None
+) -> tuple[list[np.ndarray], list[str | None]]:
+    """The images and their scene specs (None: no simulated scene) of a new session, checked."""
+    images = list(images)
+    for index, image in enumerate(images):
+        check_image(image, index)
+    scenes = list(scenes) if scenes is not None else [None] * len(images)
+    if len(scenes) != len(images):
+        raise ValueError(f"got {len(images)} images but {len(scenes)} scenes")
+    return images, scenes

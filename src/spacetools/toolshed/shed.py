@@ -23,7 +23,13 @@ from spacetools.tools.realism import get_profile
 from spacetools.toolshed.backends import BACKENDS
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
-from spacetools.toolshed.session import SessionClosedError, SessionState, SessionStore
+from spacetools.toolshed.session import (
+    SessionClosedError,
+    SessionState,
+    SessionStore,
+    check_image,
+    check_session_inputs,
+)
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.toolshed.variables import resolve_references
 
@@ -71,7 +77,7 @@ class Session:
 
     def add_image(self, image: np.ndarray, scene: str | None = None) -> int:
         """Append an image to the conversation; returns its `image_index`."""
-        _check_image(image, len(self._state.images))
+        check_image(image, len(self._state.images))
         self._state.images.append(image)
         self._state.scenes.append(scene)
         return len(self._state.images) - 1
@@ -176,12 +182,7 @@ class Toolshed:
         seed: int | None = None,
     ) -> Session:
         """Open a session for one episode; `seed` (default 0) enters every call's random seed."""
-        images = list(images)
-        for index, image in enumerate(images):
-            _check_image(image, index)
-        scenes = list(scenes) if scenes is not None else [None] * len(images)
-        if len(scenes) != len(images):
-            raise ValueError(f"got {len(images)} images but {len(scenes)} scenes")
+        images, scenes = check_session_inputs(images, scenes)
         return Session(self, self._store.create(images, scenes, 0 if seed is None else seed))
 
     def session(self, session_id: str) -> Session:
@@ -282,11 +283,3 @@ def _digest(value: Any) -> str:
     if isinstance(value, np.generic):
         return repr(value.item())
     return repr(value)
-
-
-def _check_image(image: Any, index: int) -> None:
-    if not (
-        isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8
-    ):
-        got = f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
-        raise ValueError(f"image {index} must be a uint8 RGB array of shape (H, W, 3), got {got}")
