@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spacetools.sim.gripper import GRIPPER_MAX_WIDTH
-from spacetools.tools.bbox import fit_oriented_box, min_area_rectangle
+from spacetools.tools.bbox import fit_circle, fit_oriented_box, min_area_rectangle
 from spacetools.tools.definition import ToolError
 from spacetools.tools.grasp import gripper_collides, search_grasps
 from spacetools.tools.pointcloud import fit_plane_ransac, main_cluster
@@ -147,6 +147,56 @@ def test_box_fit_is_gravity_aligned_and_in_bop_order(yaw: float) -> None:
     # Same box as the truth: every true corner has a fitted corner within a few millimetres.
     gaps = np.linalg.norm(truth[:, None] - fitted.corners[None], axis=2).min(axis=1)
     assert gaps.max() < 0.006
+
+
+def half_visible_cylinder(radius: float, height: float, rng_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """An upright cylinder on the table seen from one side: (object points, table points).
+
+    Only the camera-facing half of its side wall is sampled (its top hidden), so its visible footprint
+    is a half disc: the case that needs amodal completion, like a ball.
+    """
+    rng = np.random.default_rng(rng_seed)
+    tilt = _rotation_about(np.array([1.0, 0.0, 0.0]), np.radians(30.0))
+    up = tilt @ np.array([0.0, -1.0, 0.0])
+    a1 = tilt @ np.array([1.0, 0.0, 0.0])
+    a2 = np.cross(up, a1)
+    origin = np.array([0.0, 0.0, 0.7])
+    angle = rng.uniform(0, 2 * np.pi, 6000)
+    rise = rng.uniform(0, height, 6000)
+    normals = np.cos(angle)[:, None] * a1 + np.sin(angle)[:, None] * a2
+    wall = origin + radius * normals + rise[:, None] * up
+    # Only the side wall facing the camera (at the frame origin) is seen; the top stays unseen.
+    seen = np.einsum("ij,ij->i", normals, -wall) > 0
+    grid = rng.uniform(-0.3, 0.3, size=(5000, 2))
+    table = origin + grid[:, :1] * a1 + grid[:, 1:] * a2
+    table = table[np.linalg.norm(grid, axis=1) > radius]
+    return wall[seen], table
+
+
+def test_circle_fit_recovers_an_arc() -> None:
+    angle = np.linspace(0.2, 2.0, 50)
+    arc = np.array([0.3, -0.1]) + 0.04 * np.column_stack([np.cos(angle), np.sin(angle)])
+    circle, residual = fit_circle(arc)
+    np.testing.assert_allclose(circle.centre, [0.3, -0.1], atol=1e-9)
+    assert circle.radius == pytest.approx(0.04)
+    assert residual < 1e-9
+
+
+def test_box_fit_completes_the_hidden_half_of_a_round_object() -> None:
+    radius, height = 0.03, 0.05
+    wall, table = half_visible_cylinder(radius, height)
+    box = fit_oriented_box(wall, table)
+    assert box.gravity_aligned
+    # Without completion the depth along the view is about one radius, not the diameter.
+    np.testing.assert_allclose(box.extent[:2], 2 * radius, rtol=0.15)
+    assert box.extent[2] == pytest.approx(height, rel=0.1)
+
+
+def test_box_fit_does_not_inflate_a_box_seen_from_one_side() -> None:
+    points, table, _ = tabletop(yaw=0.6)
+    box = fit_oriented_box(points, table)
+    footprint = np.sort(box.extent[:2])
+    np.testing.assert_allclose(footprint, [0.06, 0.10], rtol=0.05)
 
 
 def test_box_fit_without_a_table_falls_back_to_pca() -> None:

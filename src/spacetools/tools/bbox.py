@@ -2,7 +2,8 @@
 
 The fit keeps the object's main cluster, finds the table plane around it (RANSAC) and fits the
 minimum-area rectangle of the object's footprint on that plane, from the table up to the object's
-top. Without a plane it falls back to PCA. Corners follow the BOP-ASK order: bottom face then top
+top; when the camera-facing outline of that footprint is a circular arc (a ball, a cylinder), the
+hidden far half is completed to the whole circle. Without a plane it falls back to PCA. Corners follow the BOP-ASK order: bottom face then top
 face, each counter-clockwise seen from above, corner ``i + 4`` above corner ``i``.
 """
 
@@ -43,6 +44,12 @@ _RESTING_GAP_M = 0.03
 _TABLE_BLEED_M = 0.004
 # Trimmed extremes make the box robust to the last few noisy points.
 _TRIM_PERCENT = 0.5
+# A footprint outline whose camera-facing side stays this close (relative RMS) to a circle is round.
+_ROUND_RESIDUAL = 0.02
+# The fitted circle must also span the visible width across the view: radius / half-width in this band.
+_ROUND_RADIUS_BAND = (0.8, 1.25)
+# Outline samples along the footprint hull for the circle test.
+_OUTLINE_SAMPLES = 240
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,60 @@ def _rotation_2d(angle: float) -> np.ndarray:
     return np.array([[c, -s], [s, c]])
 
 
+@dataclass(frozen=True)
+class Circle:
+    """A circle in the plane: centre (2,) and radius."""
+
+    centre: np.ndarray
+    radius: float
+
+
+def fit_circle(points_2d: np.ndarray) -> tuple[Circle, float]:
+    """The least-squares (Kåsa) circle through 2D points and its relative RMS radial residual."""
+    design = np.column_stack([2 * points_2d, np.ones(len(points_2d))])
+    target = (points_2d**2).sum(axis=1)
+    (cx, cy, c), *_ = np.linalg.lstsq(design, target, rcond=None)
+    centre = np.array([cx, cy])
+    radius = float(np.sqrt(max(c + cx**2 + cy**2, 0.0)))
+    if radius == 0.0:
+        return Circle(centre, radius), np.inf
+    residual = np.linalg.norm(points_2d - centre, axis=1) - radius
+    return Circle(centre, radius), float(np.sqrt(np.mean(residual**2)) / radius)
+
+
+def round_footprint(planar: np.ndarray, camera_foot: np.ndarray) -> Circle | None:
+    """The full circular footprint of a round object seen from one side, or ``None`` if it is not round.
+
+    Only the camera-facing half of the footprint outline is seen whole; for a round object (ball,
+    cylinder, mug body) it is an arc of the full circle, for a box it is one or two straight edges.
+    """
+    try:
+        hull = planar[ConvexHull(planar).vertices]
+    except (QhullError, ValueError):
+        return None
+    closed = np.vstack([hull, hull[:1]])
+    lengths = np.linalg.norm(np.diff(closed, axis=0), axis=1)
+    along = np.concatenate([[0.0], np.cumsum(lengths)])
+    stations = np.linspace(0.0, along[-1], _OUTLINE_SAMPLES, endpoint=False)
+    outline = np.column_stack([np.interp(stations, along, closed[:, k]) for k in range(2)])
+    centroid = planar.mean(axis=0)
+    towards_camera = camera_foot - centroid
+    distance = float(np.linalg.norm(towards_camera))
+    if distance < 1e-6:
+        return None  # Seen straight from above: the whole footprint is visible, nothing to complete.
+    towards_camera /= distance
+    near = outline[(outline - centroid) @ towards_camera > 0]
+    if len(near) < 8:
+        return None
+    circle, residual = fit_circle(near)
+    across = np.array([-towards_camera[1], towards_camera[0]])
+    half_width = float(np.ptp(planar @ across)) / 2
+    ratio = circle.radius / max(half_width, 1e-9)
+    if residual > _ROUND_RESIDUAL or not _ROUND_RADIUS_BAND[0] <= ratio <= _ROUND_RADIUS_BAND[1]:
+        return None
+    return circle
+
+
 def _trimmed_range(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-column robust minimum and maximum."""
     return np.percentile(values, _TRIM_PERCENT, axis=0), np.percentile(values, 100 - _TRIM_PERCENT, axis=0)
@@ -130,6 +191,16 @@ def fit_box_on_plane(points: np.ndarray, plane: SupportPlane) -> OrientedBox:
     # The foot of the camera origin on the plane: a point of height 0 to measure the box from.
     origin = -plane.offset * up
     low_xy, high_xy = _trimmed_range((points - origin) @ axes[:, :2])
+    # Amodal completion: a camera sees only the near side of a round object, so its footprint's far
+    # half is missing and the box comes out too shallow. When the near outline is a circular arc,
+    # the footprint is taken to be that whole circle (boxes fail the test and keep the visible fit).
+    # In ``planar`` coordinates the camera (the origin of the frame) sits at (0, 0).
+    circle = round_footprint(planar, camera_foot=np.zeros(2))
+    if circle is not None:
+        centre_3d = circle.centre[0] * e1 + circle.centre[1] * e2
+        centre_xy = centre_3d @ axes[:, :2]
+        low_xy = np.minimum(low_xy, centre_xy - circle.radius)
+        high_xy = np.maximum(high_xy, centre_xy + circle.radius)
     top = float(np.percentile(heights, 100 - _TRIM_PERCENT))
     lowest = float(np.percentile(heights, _TRIM_PERCENT))
     bottom = 0.0 if lowest < _RESTING_GAP_M else lowest
