@@ -67,19 +67,13 @@ class SleepTool(Tool):
         return ToolResult(text="ok")
 
 
-class FaultTool(Tool):
-    """Injects the failures the Toolshed must survive: crashes, hangs, exceptions, large outputs."""
+class FaultTool(EchoTool):
+    """Injects the failures the Toolshed must survive: crashes, hangs, exceptions, large outputs.
+
+    It keeps `EchoTool`'s methods as the healthy path of a faulty tool.
+    """
 
     name = "fault"
-
-    @tool_method
-    def echo(self, text: str) -> ToolResult:
-        """Return the text unchanged (the healthy path of a faulty tool).
-
-        Args:
-            text: The text to send back.
-        """
-        return ToolResult(text=text)
 
     @tool_method
     def crash(self, exit_code: int = 3) -> ToolResult:
