@@ -17,35 +17,59 @@ from scipy import ndimage
 
 @dataclass(frozen=True)
 class Profile:
-    """The parameters of one realism profile (all zero for `exact`)."""
+    """The parameters of one realism profile; all zero (the default) is the `exact` profile."""
 
     name: str
-    depth_noise_per_m2: float
+    depth_noise_per_m2: float = 0.0
     """Per-pixel depth noise sigma at 1 m, metres; it grows with the square of the distance."""
-    depth_smooth_relative: float
+    depth_smooth_relative: float = 0.0
     """Sigma of a smooth, low-frequency relative depth error (a warped surface)."""
-    depth_scale_sigma: float
+    depth_scale_sigma: float = 0.0
     """Sigma of one global multiplicative depth scale error per call."""
-    focal_relative_sigma: float
+    focal_relative_sigma: float = 0.0
     """Sigma of the relative error of the estimated focal length."""
-    mask_boundary_px: int
+    mask_boundary_px: int = 0
     """Largest erosion or dilation of a mask boundary, pixels."""
-    mask_bleed_probability: float
+    mask_bleed_probability: float = 0.0
     """Chance that a mask bleeds into a touching neighbour."""
-    point_jitter: float
+    point_jitter: float = 0.0
     """Sigma of pointing jitter, as a fraction of the image size."""
-    ambiguous_miss_probability: float
+    ambiguous_miss_probability: float = 0.0
     """Chance of pointing at another match when an expression fits several objects."""
-    unknown_guess_probability: float
+    unknown_guess_probability: float = 0.0
     """Chance of pointing at some object anyway when an expression matches nothing."""
-    failure_probability: float
+    failure_probability: float = 0.0
     """Chance that a perception call fails outright."""
 
 
 PROFILES: dict[str, Profile] = {
-    "exact": Profile("exact", 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0),
-    "realistic": Profile("realistic", 0.004, 0.01, 0.03, 0.02, 2, 0.1, 0.008, 0.25, 0.5, 0.02),
-    "harsh": Profile("harsh", 0.012, 0.03, 0.08, 0.06, 5, 0.3, 0.02, 0.5, 0.8, 0.08),
+    "exact": Profile(name="exact"),
+    "realistic": Profile(
+        name="realistic",
+        depth_noise_per_m2=0.004,
+        depth_smooth_relative=0.01,
+        depth_scale_sigma=0.03,
+        focal_relative_sigma=0.02,
+        mask_boundary_px=2,
+        mask_bleed_probability=0.1,
+        point_jitter=0.008,
+        ambiguous_miss_probability=0.25,
+        unknown_guess_probability=0.5,
+        failure_probability=0.02,
+    ),
+    "harsh": Profile(
+        name="harsh",
+        depth_noise_per_m2=0.012,
+        depth_smooth_relative=0.03,
+        depth_scale_sigma=0.08,
+        focal_relative_sigma=0.06,
+        mask_boundary_px=5,
+        mask_bleed_probability=0.3,
+        point_jitter=0.02,
+        ambiguous_miss_probability=0.5,
+        unknown_guess_probability=0.8,
+        failure_probability=0.08,
+    ),
 }
 PROFILE_NAMES: tuple[str, ...] = tuple(PROFILES)
 
