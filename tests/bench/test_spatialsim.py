@@ -12,7 +12,7 @@ import shapely
 
 from spacetools.bench.dataset import Sample, decode_mask
 from spacetools.bench.spatialsim import FAMILIES, generate
-from spacetools.bench.spatialsim.generator import check_families, derive_seed
+from spacetools.bench.spatialsim.generator import check_families, derive_seed, uses_duplicates
 from spacetools.bench.spatialsim.question import format_points
 from spacetools.bench.spatialsim.relations import OPPOSITE, RELATIONS, relation_holds
 from spacetools.bench.spatialsim.robospatial import VACANT_INSIDE_POINTS, VACANT_OUTLINE_POINTS, vacant_points
@@ -202,6 +202,35 @@ def test_placement_questions_ask_only_where_the_item_fits(generated: dict[str, l
         assert np.array_equal(
             obs.region_mask(vacant_region(obs, anchor.index, side)), decode_mask(sample.ground_truth)
         )
+
+
+def test_reflocation_asks_about_one_of_two_identical_objects() -> None:
+    pattern = re.compile(
+        r"the (?P<a>.+?) (?:that is )?(?P<relation>left of|right of|in front of|behind) the (?P<b>.+?)"
+        r"(?: in the image)?[.?] "
+    )
+    samples = generate(6, seed=SEED, families=["reflocation"], workers=1)["reflocation"]
+    on_twins = 0
+    for sample in samples:
+        spec = SceneSpec.model_validate_json(sample.extra_info["scene"])
+        names = Counter(o.name for o in spec.objects)
+        twin_scene = uses_duplicates(FAMILIES["reflocation"], sample.extra_info["index"] // 3)
+        assert twin_scene or max(names.values()) == 1  # only every other scene group has twins
+        if not twin_scene or max(names.values()) == 1:
+            continue  # a twin that found no room on the table is replaced by another object
+        on_twins += 1
+        found = pattern.search(sample.question)
+        assert found, sample.question
+        assert names[found.group("a")] == 2, sample.question  # the question names the twins
+        with Scene.from_spec(spec) as scene:
+            truths = scene.ground_truth(scene.render())
+        [anchor] = [t for t in truths if t.name == found.group("b")]
+        twins = [t for t in truths if t.name == found.group("a")]
+        holds = [relation_holds(t, anchor, found.group("relation")) for t in twins]
+        assert sorted(holds, key=str) == [False, True], sample.question
+        picked = twins[holds.index(True)]
+        assert np.array_equal(picked.mask, decode_mask(sample.ground_truth))
+    assert on_twins >= 2
 
 
 def test_seeds_depend_only_on_seed_family_and_index() -> None:

@@ -3,7 +3,8 @@
 A question's scene seed depends only on the run seed, its family and its index (consecutive indices
 share a scene; a retry counter picks fresh scenes when one offers no unambiguous question), so a
 family's questions are the same whichever other families are generated alongside it, and the same
-arguments always give identical files.
+arguments always give identical files. Families that need deliberately ambiguous names pose every
+other scene group on scenes where two objects share one name.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class Family:
     name: str
     benchmark: str
     make: FamilyGenerator
+    #: Whether every other scene group holds two identical objects (the generator must then ask about one).
+    duplicate_scenes: bool = False
 
     @property
     def data_source(self) -> str:
@@ -46,7 +49,7 @@ FAMILIES: dict[str, Family] = {
     family.name: family
     for family in (
         Family("robospatial", "RoboSpatial", robospatial.generate),
-        Family("reflocation", "RefSpatial", refspatial.location),
+        Family("reflocation", "RefSpatial", refspatial.location, duplicate_scenes=True),
         Family("refplacement", "RefSpatial", refspatial.placement),
         Family("blinkdepth", "BLINK", choice.blink_depth),
         Family("cvb2drelation", "CV-Bench", choice.cvb_2d_relation),
@@ -87,11 +90,16 @@ def _scene_id(sequence: np.random.SeedSequence) -> int:
     return int(sequence.generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def _render(scene_id: int) -> SceneContext | None:
+def uses_duplicates(family: Family, group: int) -> bool:
+    """Whether a family's scene group (its shared scene and its retries) has two same-named objects."""
+    return family.duplicate_scenes and group % 2 == 0
+
+
+def _render(scene_id: int, duplicates: bool = False) -> SceneContext | None:
     """The rendered scene of a seed, or None for the rare seed whose objects cannot be settled."""
     width, height = IMAGE_SIZE
     try:
-        scene = build_scene(scene_id, width=width, height=height)
+        scene = build_scene(scene_id, width=width, height=height, allow_duplicates=duplicates)
     except RuntimeError:
         return None  # the question simply moves on to its next derived seed
     with scene:
@@ -136,17 +144,18 @@ def generate_group(seed: int, family_name: str, group: int, count: int) -> list[
     """Questions `group * QUESTIONS_PER_SCENE ...` (`count` of them) of a family.
 
     They share one scene; a question the shared scene cannot pose unambiguously is retried on fresh
-    scenes seeded by its own index and attempt number.
+    scenes seeded by its own index and attempt number (with duplicates whenever the shared scene has them).
     """
     family = FAMILIES[family_name]
-    shared = _render(_scene_id(derive_seed(seed, family_name, group, 0, 0)))
+    duplicates = uses_duplicates(family, group)
+    shared = _render(_scene_id(derive_seed(seed, family_name, group, 0, 0)), duplicates)
     samples: list[Sample] = []
     asked: set[str] = set()  # questions already posed on the shared scene, to keep a group diverse
     for index in range(group * QUESTIONS_PER_SCENE, group * QUESTIONS_PER_SCENE + count):
         for attempt in range(MAX_ATTEMPTS):
             sequence = derive_seed(seed, family_name, group, index, attempt + 1)
             on_shared = attempt < SHARED_SCENE_TRIES
-            ctx = shared if on_shared else _render(_scene_id(sequence))
+            ctx = shared if on_shared else _render(_scene_id(sequence), duplicates)
             if ctx is None:
                 continue
             question = family.make(ctx, np.random.default_rng(sequence), index)

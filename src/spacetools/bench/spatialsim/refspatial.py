@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 import numpy as np
 
@@ -30,19 +31,32 @@ def _mask_question(text: str, mask: np.ndarray, qa_type: str, ctx: SceneContext)
     )
 
 
+def duplicated_names(ctx: SceneContext) -> set[str]:
+    """Names that two or more objects of the scene share."""
+    counts = Counter(truth.name for truth in ctx.truths)
+    return {name for name, count in counts.items() if count > 1}
+
+
 def location(ctx: SceneContext, rng: np.random.Generator, index: int = 0) -> Question | None:
-    """ "the mug left of the red box": the phrase picks out exactly one object; truth is its mask."""
+    """ "the mug left of the red box": the phrase picks out exactly one object; truth is its mask.
+
+    In a scene where two objects share a name, the target is one of them, called by that name, so the
+    relation alone tells the twins apart (None when no twin is visible enough to ask about).
+    """
+    twins = duplicated_names(ctx)
+    targets = [t for t in ctx.visible if t.name in twins] if twins else ctx.visible
+    # Prefer the bare category so that the spatial phrase is what disambiguates; twins keep their name.
+    labels = ("name",) if twins else ("category", "name")
     anchors = ctx.referable()
-    pairs = [(t, b) for t, b in itertools.product(ctx.visible, anchors) if t.index != b.index]
+    pairs = [(t, b) for t, b in itertools.product(targets, anchors) if t.index != b.index]
     for k in rng.permutation(len(pairs)):
         target, anchor = pairs[k]
-        # Prefer the bare category so that the spatial phrase is what disambiguates.
-        for label, same in (("category", "category"), ("name", "name")):
+        for label in labels:
             words = getattr(target, label)
             rivals = [
                 t
                 for t in ctx.truths
-                if getattr(t, same) == words and t.index not in (target.index, anchor.index)
+                if getattr(t, label) == words and t.index not in (target.index, anchor.index)
             ]
             for relation in rng.permutation(SIDES):
                 if relation_holds(target, anchor, str(relation)) is not True:
