@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import shapely
 
-from spacetools.rewards.parsing import Box, Point
+from spacetools.rewards.formats import Box, Point
 
 # exp(-5 * sqrt(2)): the raw NNDC term at the largest distance inside the unit image square.
 _NNDC_FLOOR = math.exp(-5.0 * math.sqrt(2.0))
