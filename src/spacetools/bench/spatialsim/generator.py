@@ -24,6 +24,7 @@ from spacetools.bench.spatialsim import bopask, choice, refspatial, robospatial
 from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question
 from spacetools.rewards.benchmarks import BENCHMARKS, SPATIALSIM_PREFIX
+from spacetools.rewards.formats import format_yes_no
 from spacetools.sim.world import build_scene
 
 #: Every family takes (context, rng, question index); only families that balance answers use the index.
@@ -143,7 +144,9 @@ def _repeat_key(question: Question) -> str:
     """What makes two questions on one scene the same: the ground truth of open answers (same object or
     region), the text for class answers ("Yes", "(A)") that many different questions share."""
     return (
-        question.text if question.ground_truth in ("Yes", "No") or question.choices else question.ground_truth
+        question.text
+        if question.ground_truth in (format_yes_no(True), format_yes_no(False)) or question.choices
+        else question.ground_truth
     )
 
 
