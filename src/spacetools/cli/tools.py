@@ -150,7 +150,7 @@ async def _run_calls(
     from spacetools.toolshed import Toolshed
 
     async with Toolshed(deployments, profile=profile, seed=seed) as shed:
-        session = shed.open_session([image], [spec_json])
+        session = shed.open_session([image], [{"scene": spec_json}])
         results = []
         for name, arguments in calls:
             result = await session.call(name, arguments)
@@ -160,6 +160,7 @@ async def _run_calls(
                     "text": result.text,
                     "is_error": result.is_error,
                     "variables": sorted(result.variables),
+                    "value": result.value,
                 }
             )
         session.close()
