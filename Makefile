@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo test fuzz lint format bench clean
 
 install: $(STAMP)
 
@@ -22,6 +22,12 @@ test: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/python -m pytest -q
+
+# The wide random search over hostile model output (tests/fuzz under the fuzz profile, fresh seeds
+# each run, plus the corpus of repros); `make test` runs a fixed-seed slice of the same tests.
+# FUZZ_EXAMPLES sets the examples per test (default 3000).
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/fuzz
 
 lint: install
 	$(BIN)/ruff check --fix src tests benchmarks

@@ -231,3 +231,30 @@ def test_truncation_bound_holds_for_any_text(text: str, limit: int) -> None:
         assert cut == text
     else:
         assert text.startswith(cut[: max(0, min(limit, 20) // 4)])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "kind", "detail"),
+    [
+        ('{"text": ' + "1" * 4301 + "}", "bad_json", "digits"),
+        ('{"a": ' + "[" * 1000 + "]" * 1000 + "}", "bad_json", "nested too deeply"),
+        ('{"x": NaN}', "bad_json", "NaN is not a JSON number"),
+        ('{"x": 1e999}', "bad_json", "out of range"),
+        ('"' + "[" * 1000 + "]" * 1000 + '"', "bad_arguments", "must be a JSON object"),
+        ('"' + "7" * 5000 + '"', "bad_arguments", "must be a JSON object"),
+    ],
+)
+def test_hostile_json_is_an_error_for_the_model_not_an_exception(
+    arguments: str, kind: str, detail: str
+) -> None:
+    """Issue 9, item 1: integers over Python's digit limit and deep nesting used to raise."""
+    parsed = parse_turn('<tool_call>{"name": "echo.echo", "arguments": ' + arguments + "}</tool_call>", NAMES)
+    assert parsed.tool_calls == [] and [e.kind for e in parsed.errors] == [kind]
+    assert detail in parsed.errors[0].message and len(parsed.errors[0].message) < 400
+
+
+def test_a_code_fence_is_unwrapped_and_a_lone_surrogate_passes_through() -> None:
+    fenced = parse_turn(
+        '<tool_call>```json\n{"name": "echo.echo", "arguments": {"text": "\\ud800"}}\n```</tool_call>'
+    )
+    assert fenced.tool_calls[0].arguments == {"text": "\ud800"}

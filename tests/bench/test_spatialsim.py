@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import Counter
 
@@ -13,10 +12,10 @@ import shapely
 from spacetools.bench.dataset import Sample, decode_mask
 from spacetools.bench.spatialsim import FAMILIES, generate
 from spacetools.bench.spatialsim.generator import check_families, derive_seed, uses_duplicates
-from spacetools.bench.spatialsim.question import format_points
 from spacetools.bench.spatialsim.relations import OPPOSITE, RELATIONS, relation_holds
 from spacetools.bench.spatialsim.robospatial import VACANT_INSIDE_POINTS, VACANT_OUTLINE_POINTS, vacant_points
 from spacetools.rewards import compute_score
+from spacetools.rewards.formats import format_points, parse_points
 from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.groundtruth import ObjectTruth
 from spacetools.sim.observation import Observation
@@ -90,7 +89,7 @@ def test_vacant_points_lie_on_bare_table(generated: dict[str, list[Sample]]) -> 
     for sample in generated["robospatial"]:
         if sample.extra_info["qa_type"] != "vacant":
             continue
-        points = np.array(ast.literal_eval(sample.ground_truth))
+        points = np.array(parse_points(sample.ground_truth))
         assert 9 <= len(points) <= VACANT_OUTLINE_POINTS + VACANT_INSIDE_POINTS
         scene = Scene.from_spec(SceneSpec.model_validate_json(sample.extra_info["scene"]))
         with scene:
@@ -122,7 +121,7 @@ def test_vacant_points_describe_the_region_for_a_hull_scorer() -> None:
     points, deepest = found
     assert 9 <= len(points) <= VACANT_OUTLINE_POINTS + VACANT_INSIDE_POINTS
     # Every listed point is a region pixel, still after the 3-decimal rounding of the ground truth.
-    rounded = np.array(ast.literal_eval(format_points(points)))
+    rounded = np.array(parse_points(format_points(points)))
     height, width = mask.shape
     assert np.all(mask[(rounded[:, 1] * height).astype(int), (rounded[:, 0] * width).astype(int)])
     assert len({tuple(p) for p in rounded.tolist()}) == len(rounded), "no point listed twice"
@@ -170,12 +169,12 @@ def test_pose_truth_is_the_scene_box_and_masks_decode(generated: dict[str, list[
         truths, scene = _truths(sample)
         with scene:
             expected = truths[name].obb_corners_2d
-        assert np.allclose(np.array(ast.literal_eval(sample.ground_truth)), expected, atol=1e-3)
+        assert np.allclose(np.array(parse_points(sample.ground_truth)), expected, atol=1e-3)
     for name in ("reflocation", "refplacement"):
         for sample in generated[name]:
             mask = decode_mask(sample.ground_truth)
             assert mask.shape == (480, 640) and mask.sum() > 0
-            (u, v) = ast.literal_eval(sample.extra_info["answer"])[0]
+            (u, v) = parse_points(sample.extra_info["answer"])[0]
             assert mask[int(v * 480), int(u * 640)], "the reference answer lies inside the mask"
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacetools.rewards import compute_score, grasp_reward, nndc, score_grasp, score_pose
+from spacetools.rewards import compute_score, convex_hull_iou, grasp_reward, nndc, score_grasp, score_pose
 
 from .test_rewards_dispatch import EXAMPLES
 
@@ -114,3 +114,34 @@ def test_huge_coordinates_score_zero_without_numeric_warnings(data_source: str) 
             data_source, f"<answer>{HUGE_ANSWERS[data_source]}</answer>", truth, extra_info
         )
     assert result["score"] == 0.0
+
+
+SQUARE = [(0.25, 0.25), (0.75, 0.25), (0.75, 0.75), (0.25, 0.75)]
+
+
+def test_denormal_corners_score_instead_of_raising() -> None:
+    """Issue 9, item 2: GEOS raised "side location conflict" on these corners."""
+    answer = (
+        "<answer>[(0.9, 0.9), (0.9, -5e-324), (0.9, 0.9), (1.0, 0.0), (0.9, 0.9), (0.1, 0.1), (0.5, 5e-324),"
+        " (0.9, 0.8)]</answer>"
+    )
+    result = compute_score("boppose", answer, _corner_text(SQUARE * 2))
+    assert 0.0 < result["score"] < 1.0 and result["parse_ok"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        # Issue 8's degenerate set (a segment with a denormal bump) against a unit square: no area.
+        ([(0, 0), (0, 0), (0, 5e-324), (1, 0), (0.5, 0)], [(0, 0), (1, 0), (1, 1), (0, 1)], 0.0),
+        ([(0, 0), (1, 0), (1, 1), (0, 1), (0, 5e-324), (0.5, 0)], [(0, 0), (1, 0), (1, 1), (0, 1)], 1.0),
+        # Near the largest float: areas would overflow to inf.
+        ([(1e308, 1e308), (-1e308, 1e308), (-1e308, -1e308), (1e308, -1e308)], SQUARE, 0.0),
+        ([(x * 1e308, y * 1e308) for x, y in SQUARE], [(x * 1e308, y * 1e308) for x, y in SQUARE], 1.0),
+        ([(float("nan"), 0.5), *SQUARE], SQUARE, 0.0),
+        ([(float("inf"), 0.5), *SQUARE], SQUARE, 0.0),
+        (SQUARE, [(x + 0.25, y) for x, y in SQUARE], 1 / 3),
+    ],
+)
+def test_hull_iou_of_hostile_corners(first: list, second: list, expected: float) -> None:
+    assert convex_hull_iou(first, second) == pytest.approx(expected, abs=1e-9)

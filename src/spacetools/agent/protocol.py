@@ -5,21 +5,25 @@ A model reasons in ``<think>…</think>``, calls tools with
 ends with ``<answer>…</answer>``. Each tool result goes back to the model as one ``tool`` message
 ``<tool_response>…</tool_response>``, cut in the middle when it is too long.
 
-Parsing never raises: every malformed ``<tool_call>`` block becomes a :class:`ParseError` whose message
-the rollout sends back to the model in that block's place.
+Parsing never raises, whatever the model wrote (numbers of any length, nesting of any depth, lone
+surrogates, megabytes of text), and takes time linear in the turn's length: every malformed
+``<tool_call>`` block becomes a :class:`ParseError` whose message the rollout sends back to the model in
+that block's place. The final answer is read by :func:`spacetools.rewards.extraction.extract_answer`,
+the same reader the scorer uses.
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import json
+import math
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spacetools.rewards.extraction import extract_answer
 from spacetools.tools.definition import hermes_tools_block
 
 if TYPE_CHECKING:
@@ -64,7 +68,7 @@ For each function call, return a json object with function name and arguments wi
 
 _TAGS = ("think", "tool_call", "answer")
 _TAG_RE = re.compile(r"<(/?)(think|tool_call|answer)>", re.IGNORECASE)
-_CODE_FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_CODE_FENCE = "```"
 # How much of a bad block to quote back to the model: enough to recognise it, never a flood.
 _QUOTE_CHARS = 200
 
@@ -251,19 +255,57 @@ def _quote(text: str) -> str:
     return text if len(text) <= _QUOTE_CHARS else text[:_QUOTE_CHARS] + "…"
 
 
+def _unfenced(payload: str) -> str:
+    """The JSON inside a markdown code fence (```json … ```), or ``payload`` as it is.
+
+    String operations, not a regex: a lazy pattern before ``\\s*```$`` is quadratic on long runs of
+    spaces.
+    """
+    if (
+        len(payload) >= 2 * len(_CODE_FENCE)
+        and payload.startswith(_CODE_FENCE)
+        and payload.endswith(_CODE_FENCE)
+    ):
+        inner = payload[len(_CODE_FENCE) : -len(_CODE_FENCE)]
+        return inner.removeprefix("json").strip()
+    return payload
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {_quote(text)} is out of range")
+    return value
+
+
+def _load_json(payload: str) -> tuple[Any, str | None]:
+    """The decoded value and None, or None and why the text is not (strict, finite) JSON.
+
+    Catches every way the standard decoder gives up on hostile text: syntax, integers over Python's
+    digit limit (ValueError), nesting deeper than the stack (RecursionError), NaN and Infinity.
+    """
+    try:
+        return json.loads(payload, parse_constant=_reject_constant, parse_float=_finite_float), None
+    except json.JSONDecodeError as exc:
+        return None, exc.msg
+    except RecursionError:
+        return None, "nested too deeply"
+    except ValueError as exc:
+        return None, str(exc).split(";")[0][:_QUOTE_CHARS]
+
+
 def _parse_tool_call(index: int, body: str, tool_names: Collection[str] | None) -> ToolCall | ParseError:
-    payload = body.strip()
-    fenced = _CODE_FENCE_RE.match(payload)
-    if fenced:
-        payload = fenced.group(1)
+    payload = _unfenced(body.strip())
     if not payload:
         return ParseError(index, "empty", "Error: empty <tool_call>; write a JSON object inside it.")
-    try:
-        call = json.loads(payload)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+    call, problem = _load_json(payload)
+    if problem is not None:
         return ParseError(
-            index, "bad_json", f"Error: the tool call is not valid JSON ({detail}): {_quote(payload)}"
+            index, "bad_json", f"Error: the tool call is not valid JSON ({problem}): {_quote(payload)}"
         )
     if not isinstance(call, dict):
         return ParseError(
@@ -278,15 +320,19 @@ def _parse_tool_call(index: int, body: str, tool_names: Collection[str] | None) 
     arguments = call.get("arguments", {})
     if isinstance(arguments, str):
         # Some models write the arguments object as a JSON string; accept it when it decodes.
-        with contextlib.suppress(json.JSONDecodeError):
-            arguments = json.loads(arguments) if arguments.strip() else {}
+        if not arguments.strip():
+            arguments = {}
+        else:
+            decoded, problem = _load_json(arguments)
+            if problem is None:
+                arguments = decoded
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
         return ParseError(
             index,
             "bad_arguments",
-            f'Error: "arguments" of {name} must be a JSON object, got {type(arguments).__name__}.',
+            f'Error: "arguments" of {_quote(name)} must be a JSON object, got {type(arguments).__name__}.',
         )
     if tool_names is not None and name not in tool_names:
         return ParseError(
@@ -299,28 +345,30 @@ def parse_turn(text: str, tool_names: Collection[str] | None = None) -> ParsedTu
     """Split an assistant turn into thinking, tool calls, answer and malformed tool-call blocks.
 
     ``tool_names``, when given, turns calls to any other tool into ``unknown_tool`` errors. The answer
-    is the last complete ``<answer>`` block, else the text of an unclosed one (as in
-    :mod:`spacetools.rewards.extraction`). Text outside tags is ignored. Never raises.
+    is what :func:`~spacetools.rewards.extraction.extract_answer` reads from a tag (the last complete
+    ``<answer>`` pair, else one cut off at the end); untagged text is no answer here, though the scorer
+    falls back to it. Never raises, and is linear in the length of ``text``.
     """
+    if not isinstance(text, str):
+        return ParsedTurn(think=None)
     thinks: list[str] = []
     calls: list[ToolCall] = []
     errors: list[ParseError] = []
-    closed_answers: list[str] = []
-    open_answers: list[str] = []
     block_index = 0
     for block in _split_blocks(text):
         if block.tag == "think":
             thinks.append(block.content.strip())
-        elif block.tag == "answer":
-            (closed_answers if block.closed else open_answers).append(block.content.strip())
-        else:
+        elif block.tag == "tool_call":
             parsed = _parse_tool_call(block_index, block.content, tool_names)
-            (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
+            if isinstance(parsed, ToolCall):
+                calls.append(parsed)
+            else:
+                errors.append(parsed)
             block_index += 1
-    answers = closed_answers or open_answers
+    answer = extract_answer(text)
     return ParsedTurn(
         think="\n".join(thinks) if thinks else None,
         tool_calls=calls,
-        answer=answers[-1] if answers else None,
+        answer=answer.text if answer.source in ("tag", "unclosed_tag") else None,
         errors=errors,
     )

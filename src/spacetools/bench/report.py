@@ -29,8 +29,8 @@ from spacetools.agent.types import assistant_text
 from spacetools.bench.dataset import Sample
 from spacetools.bench.summary import Summary, format_metrics
 from spacetools.rewards.extraction import extract_answer
+from spacetools.rewards.formats import parse_boxes, parse_grasp, parse_points, parse_yes_no
 from spacetools.rewards.masks import load_mask
-from spacetools.rewards.parsing import parse_boxes, parse_grasp, parse_points, parse_yes_no
 
 TRUTH = (20, 190, 80)
 PREDICTED = (235, 40, 40)
@@ -114,7 +114,7 @@ def _crop(image: Image.Image, region: Region) -> Image.Image:
 def _draw_mask(canvas: Image.Image, mask: np.ndarray, region: Region = FULL) -> Image.Image:
     """A translucent green fill and a solid outline of ``mask`` (its ``region``), resized to the canvas."""
     picture = _crop(Image.fromarray(mask.astype(np.uint8) * 255), region)
-    small = np.asarray(picture.resize(canvas.size, Image.NEAREST)) > 0
+    small = np.asarray(picture.resize(canvas.size, Image.Resampling.NEAREST)) > 0
     interior = small.copy()
     interior[1:-1, 1:-1] = (
         small[1:-1, 1:-1] & small[:-2, 1:-1] & small[2:, 1:-1] & small[1:-1, :-2] & small[1:-1, 2:]
@@ -169,7 +169,9 @@ def annotate(
     """The sample image (its ``region``, scaled to ``width``) with truth (green), prediction (red) and
     tool points (blue); yes/no and multiple-choice verdicts are written under it."""
     canvas = _crop(Image.fromarray(image), region)
-    canvas = canvas.resize((width, max(1, round(canvas.height * width / canvas.width))), Image.BILINEAR)
+    canvas = canvas.resize(
+        (width, max(1, round(canvas.height * width / canvas.width))), Image.Resampling.BILINEAR
+    )
     if kind == "mask":
         # An unreadable mask is left out of the picture; the text cell still shows the row.
         with contextlib.suppress(ValueError, OSError):

@@ -15,6 +15,29 @@ from spacetools.rewards.dispatch import (
     scorer_for,
 )
 from spacetools.rewards.extraction import ExtractedAnswer, extract_answer
+from spacetools.rewards.formats import (
+    BOX_CORNERS,
+    BOX_EDGES,
+    GRASP_EDGES,
+    GRASP_LABELS,
+    choice_letter,
+    format_boxes,
+    format_choice,
+    format_corners,
+    format_grasp,
+    format_point,
+    format_points,
+    format_yes_no,
+    normalize_choice_label,
+    parse_boxes,
+    parse_choice,
+    parse_corners,
+    parse_grasp,
+    parse_numbers,
+    parse_point_tokens,
+    parse_points,
+    parse_yes_no,
+)
 from spacetools.rewards.geometry import (
     box_iou,
     convex_hull_iou,
@@ -23,17 +46,6 @@ from spacetools.rewards.geometry import (
     point_in_convex_hull,
 )
 from spacetools.rewards.masks import load_mask
-from spacetools.rewards.parsing import (
-    GRASP_LABELS,
-    normalize_choice_label,
-    parse_boxes,
-    parse_choice,
-    parse_corners,
-    parse_grasp,
-    parse_point_tokens,
-    parse_points,
-    parse_yes_no,
-)
 from spacetools.rewards.scorers import (
     NCE_CAP,
     POSE_CORNERS,
@@ -55,6 +67,9 @@ from spacetools.rewards.scorers import (
 
 __all__ = [
     "BENCHMARK_KEYS",
+    "BOX_CORNERS",
+    "BOX_EDGES",
+    "GRASP_EDGES",
     "GRASP_LABELS",
     "NCE_CAP",
     "PAPER_DATA_SOURCES",
@@ -67,9 +82,17 @@ __all__ = [
     "ExtractedAnswer",
     "aggregate",
     "box_iou",
+    "choice_letter",
     "compute_score",
     "convex_hull_iou",
     "extract_answer",
+    "format_boxes",
+    "format_choice",
+    "format_corners",
+    "format_grasp",
+    "format_point",
+    "format_points",
+    "format_yes_no",
     "grasp_mace",
     "grasp_nce",
     "grasp_reward",
@@ -83,6 +106,7 @@ __all__ = [
     "parse_choice",
     "parse_corners",
     "parse_grasp",
+    "parse_numbers",
     "parse_point_tokens",
     "parse_points",
     "parse_yes_no",

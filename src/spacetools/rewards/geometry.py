@@ -1,4 +1,9 @@
-"""Plane geometry for the scorers: hulls, box IoU and the pointing distance reward (NNDC)."""
+"""Plane geometry for the scorers: hulls, box IoU and the pointing distance reward (NNDC).
+
+Every function here takes points a model wrote and never raises on them: non-finite input scores 0,
+and hulls are computed on coordinates moved into a unit square and snapped to a fine grid first, as
+GEOS raises on denormal (``5e-324``) and nearly collinear input and areas overflow near ``1e308``.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import shapely
+from shapely.errors import GEOSException
 
-from spacetools.rewards.parsing import Box, Point
+from spacetools.rewards.formats import Box, Point
 
 # exp(-5 * sqrt(2)): the raw NNDC term at the largest distance inside the unit image square.
 _NNDC_FLOOR = math.exp(-5.0 * math.sqrt(2.0))
@@ -23,27 +29,73 @@ def nndc(distance: float) -> float:
     return min(max(value, 0.0), 1.0)
 
 
+#: Decimals of the grid that hull coordinates are snapped to, in units of the point sets' extent.
+_SNAP_DECIMALS = 12
+
+
 def convex_hull(points: Sequence[Point]) -> shapely.Geometry:
     """The convex hull of ``points`` (a polygon, or a line or point when the points are degenerate)."""
     return shapely.MultiPoint([tuple(p) for p in points]).convex_hull
 
 
+def _unit_frame(*point_sets: np.ndarray) -> list[np.ndarray] | None:
+    """The point sets moved and scaled together into [-1, 1]² and snapped to a grid; None when they are
+    not finite or have no extent. Area ratios (IoU) and containment are unchanged by the move."""
+    both = np.vstack(point_sets)
+    if not np.isfinite(both).all():
+        return None
+    # Powers of two scale exactly; halving first keeps the centre and the spans below overflow.
+    magnitude = float(np.max(np.abs(both)))
+    if magnitude == 0.0:
+        return None
+    exponent = int(np.frexp(magnitude)[1])
+    scaled = [np.ldexp(points, -exponent) for points in point_sets]
+    stacked = np.vstack(scaled)
+    centre = (stacked.min(axis=0) + stacked.max(axis=0)) / 2.0
+    extent = float(np.max(stacked.max(axis=0) - stacked.min(axis=0)))
+    if extent == 0.0:
+        return None
+    exponent = int(np.frexp(extent)[1])
+    return [np.round(np.ldexp(points - centre, -exponent), _SNAP_DECIMALS) for points in scaled]
+
+
+def _as_points(points: Sequence[Point]) -> np.ndarray | None:
+    array = np.asarray(points, dtype=float)
+    return array if array.ndim == 2 and array.shape[1] == 2 and len(array) else None
+
+
 def point_in_convex_hull(point: Point, points: Sequence[Point]) -> bool:
     """True when ``point`` lies inside the convex hull of ``points`` or on its boundary."""
-    if not points:
+    region, probe = _as_points(points), _as_points([point])
+    if region is None or probe is None:
         return False
-    return bool(convex_hull(points).covers(shapely.Point(point)))
+    frame = _unit_frame(region, probe)
+    if frame is None:  # non-finite, or the point and the region are one and the same point
+        return bool(np.isfinite(probe).all() and np.isfinite(region).all())
+    try:
+        return bool(convex_hull(frame[0].tolist()).covers(shapely.Point(frame[1][0])))
+    except (GEOSException, ValueError):
+        return False
 
 
 def convex_hull_iou(first: Sequence[Point], second: Sequence[Point]) -> float:
-    """Intersection over union of the convex hulls of two point sets (0 when either hull has no area)."""
-    if not first or not second:
+    """Intersection over union of the convex hulls of two point sets (0 when either hull has no area,
+    or the points are not finite)."""
+    a, b = _as_points(first), _as_points(second)
+    if a is None or b is None:
         return 0.0
-    hull_a, hull_b = convex_hull(first), convex_hull(second)
-    intersection = hull_a.intersection(hull_b).area
+    frame = _unit_frame(a, b)
+    if frame is None:
+        return 0.0
+    try:
+        hull_a, hull_b = convex_hull(frame[0].tolist()), convex_hull(frame[1].tolist())
+        intersection = hull_a.intersection(hull_b).area
+    except (GEOSException, ValueError):
+        return 0.0
     union = hull_a.area + hull_b.area - intersection
+    iou = float(intersection / union) if union > 0 else 0.0
     # The overlay's rounding can put identical hulls a hair above 1.
-    return min(float(intersection / union), 1.0) if union > 0 else 0.0
+    return min(iou, 1.0) if math.isfinite(iou) else 0.0
 
 
 def box_iou(first: Box, second: Box) -> float:
@@ -54,7 +106,9 @@ def box_iou(first: Box, second: Box) -> float:
     area_a = (first[2] - first[0]) * (first[3] - first[1])
     area_b = (second[2] - second[0]) * (second[3] - second[1])
     union = area_a + area_b - intersection
-    return float(intersection / union) if union > 0 else 0.0
+    iou = float(intersection / union) if union > 0 else 0.0
+    # Boxes near 1e308 overflow their areas to inf (and inf - inf is NaN): score them 0.
+    return min(max(iou, 0.0), 1.0) if math.isfinite(iou) else 0.0
 
 
 def mean_best_iou(predicted: Sequence[Box], truth: Sequence[Box]) -> float:

@@ -42,7 +42,7 @@ def load_mask(mask: Any) -> np.ndarray:
     else:
         raise ValueError(f"mask ground truth of type {type(mask).__name__} is not supported")
     if array.ndim == 3:
-        array = array.any(axis=2)
+        array = np.asarray(array.any(axis=2))
     if array.ndim != 2 or array.size == 0:
         raise ValueError(f"mask ground truth must be a non-empty 2D array, got shape {array.shape}")
     return array.astype(bool)

@@ -14,9 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.rewards.geometry import convex_hull_iou, mean_best_iou, nndc, point_in_convex_hull
-from spacetools.rewards.masks import load_mask
-from spacetools.rewards.parsing import (
+from spacetools.rewards.formats import (
     GRASP_LABELS,
     Box,
     Point,
@@ -29,6 +27,8 @@ from spacetools.rewards.parsing import (
     parse_points,
     parse_yes_no,
 )
+from spacetools.rewards.geometry import convex_hull_iou, mean_best_iou, nndc, point_in_convex_hull
+from spacetools.rewards.masks import load_mask
 
 POSE_CORNERS = 8
 NCE_CAP = 10.0  # δmax of the paper: NCE is capped here and the reward is 1 - NCE / NCE_CAP

@@ -21,7 +21,7 @@ from typing import Any
 
 from spacetools.agent.protocol import message_text
 from spacetools.agent.types import EpisodeState, Task
-from spacetools.rewards.parsing import GRASP_LABELS, parse_points
+from spacetools.rewards.formats import GRASP_LABELS, parse_points
 
 Point = tuple[float, float]
 Call = tuple[str, dict[str, Any]]

@@ -6,7 +6,8 @@ import numpy as np
 
 from spacetools.bench.spatialsim import templates
 from spacetools.bench.spatialsim.context import SceneContext
-from spacetools.bench.spatialsim.question import Question, format_boxes, format_grasp, format_points
+from spacetools.bench.spatialsim.question import Question
+from spacetools.rewards.formats import format_boxes, format_corners, format_grasp
 
 
 def _inside_image(points: np.ndarray) -> bool:
@@ -22,7 +23,7 @@ def pose(ctx: SceneContext, rng: np.random.Generator, index: int = 0) -> Questio
         if not _inside_image(corners):
             continue
         text = templates.pick(templates.POSE, rng, a=target.name)
-        truth = format_points(corners)
+        truth = format_corners(corners)
         return Question(
             text=f"{text} {templates.CORNERS_INSTRUCTION}",
             ground_truth=truth,

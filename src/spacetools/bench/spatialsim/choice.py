@@ -14,8 +14,9 @@ from scipy import ndimage
 from spacetools.bench.spatialsim import templates
 from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.draw import draw_labelled_boxes, draw_point_markers
-from spacetools.bench.spatialsim.question import Question, letter
+from spacetools.bench.spatialsim.question import Question
 from spacetools.bench.spatialsim.relations import CLOSER_MARGIN, image_relation, mask_depth
+from spacetools.rewards.formats import format_choice
 from spacetools.sim.groundtruth import ObjectTruth
 
 OPPOSITE_2D = {"left": "right", "right": "left", "above": "below", "below": "above"}
@@ -51,8 +52,8 @@ def blink_depth(ctx: SceneContext, rng: np.random.Generator, index: int) -> Ques
         text = templates.with_choices(templates.pick(templates.BLINK_DEPTH, rng), ["A", "B"])
         return Question(
             text=text,
-            ground_truth=letter(correct),
-            answer=letter(correct),
+            ground_truth=format_choice(correct),
+            answer=format_choice(correct),
             qa_type="relative_depth",
             image=draw_point_markers(ctx.view.rgb, points, ["A", "B"]),
             choices=["A", "B"],
@@ -79,8 +80,8 @@ def cvb_2d_relation(ctx: SceneContext, rng: np.random.Generator, index: int) -> 
         )
         return Question(
             text=text,
-            ground_truth=letter(correct),
-            answer=letter(correct),
+            ground_truth=format_choice(correct),
+            answer=format_choice(correct),
             qa_type="relation_2d",
             image=ctx.view.rgb,
             choices=options,
@@ -107,8 +108,8 @@ def cvb_3d_depth(ctx: SceneContext, rng: np.random.Generator, index: int) -> Que
         )
         return Question(
             text=text,
-            ground_truth=letter(correct),
-            answer=letter(correct),
+            ground_truth=format_choice(correct),
+            answer=format_choice(correct),
             qa_type="depth_3d",
             image=image,
             choices=[a.name, b.name],

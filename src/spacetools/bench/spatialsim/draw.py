@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import re
 import textwrap
 from collections.abc import Sequence
 
@@ -12,11 +10,11 @@ import shapely
 from PIL import Image, ImageDraw, ImageFont
 
 from spacetools.bench.dataset import Sample, decode_mask
+from spacetools.rewards.formats import BOX_EDGES, GRASP_EDGES, parse_boxes, parse_grasp, parse_points
 
 Color = tuple[int, int, int]
 MARKER_RADIUS = 9
 TRUTH_COLOR: Color = (0, 255, 0)
-_NUMBER = r"-?\d+(?:\.\d+)?"
 #: `show` magnifies a drawn ground truth that fits in half the image height: by up to this factor, with
 #: this many pixels of context around it, beside the image (this gap apart).
 ZOOM_MAX = 4.0
@@ -29,7 +27,9 @@ def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     return ImageFont.load_default(size=size)
 
 
-def _to_pixels(points: Sequence[Sequence[float]], size: tuple[int, int]) -> list[tuple[float, float]]:
+def _to_pixels(
+    points: Sequence[Sequence[float]] | np.ndarray, size: tuple[int, int]
+) -> list[tuple[float, float]]:
     width, height = size
     return [(float(u) * width, float(v) * height) for u, v in points]
 
@@ -67,10 +67,6 @@ def draw_labelled_boxes(
     return np.asarray(canvas)
 
 
-def _numbers(text: str) -> list[float]:
-    return [float(n) for n in re.findall(_NUMBER, text)]
-
-
 def _extent(points: Sequence[tuple[float, float]]) -> PixelBox:
     xs, ys = [x for x, _ in points], [y for _, y in points]
     return min(xs), min(ys), max(xs), max(ys)
@@ -94,11 +90,12 @@ def _draw_truth(canvas: Image.Image, family: str, truth: str) -> PixelBox | None
         return (
             (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)) if len(xs) else None
         )
-    if family == "bopgrasp":
-        points = _to_pixels(np.reshape(_numbers(truth), (-1, 2)), canvas.size)
-        centre, left_base, right_base, left_tip, right_tip = points
-        for segment in ((left_tip, left_base), (left_base, right_base), (right_base, right_tip)):
-            draw.line(segment, fill=TRUTH_COLOR, width=3)
+    grasp = parse_grasp(truth) if family == "bopgrasp" else None
+    if grasp is not None:
+        points = _to_pixels(grasp, canvas.size)
+        centre, left_base, right_base = points[:3]
+        for i, j in GRASP_EDGES:
+            draw.line((points[i], points[j]), fill=TRUTH_COLOR, width=3)
         draw.line(
             (centre, ((left_base[0] + right_base[0]) / 2, (left_base[1] + right_base[1]) / 2)),
             fill=TRUTH_COLOR,
@@ -110,12 +107,11 @@ def _draw_truth(canvas: Image.Image, family: str, truth: str) -> PixelBox | None
         return _extent(points)
     if family == "detect2d":
         corners: list[tuple[float, float]] = []
-        for x1, y1, x2, y2 in ast.literal_eval(truth):
+        for x1, y1, x2, y2 in parse_boxes(truth):
             draw.rectangle((x1 * width, y1 * height, x2 * width, y2 * height), outline=TRUTH_COLOR, width=3)
             corners += [(x1 * width, y1 * height), (x2 * width, y2 * height)]
         return _extent(corners) if corners else None
-    if truth.startswith("[("):
-        points = _to_pixels(ast.literal_eval(truth), canvas.size)
+    if points := _to_pixels(parse_points(truth), canvas.size):
         if family == "robospatial" and len(points) >= 3:
             # Vacant space is scored by the convex hull of the listed points: shade it.
             hull = shapely.MultiPoint(points).convex_hull
@@ -125,9 +121,7 @@ def _draw_truth(canvas: Image.Image, family: str, truth: str) -> PixelBox | None
                 canvas.alpha_composite(shade)
                 draw.polygon(list(hull.exterior.coords), outline=TRUTH_COLOR)
         if family == "boppose" and len(points) == 8:
-            edges = [(i, (i + 1) % 4) for i in range(4)] + [(i + 4, (i + 1) % 4 + 4) for i in range(4)]
-            edges += [(i, i + 4) for i in range(4)]
-            for i, j in edges:
+            for i, j in BOX_EDGES:
                 draw.line((points[i], points[j]), fill=TRUTH_COLOR, width=2)
         for k, (x, y) in enumerate(points):
             draw.ellipse((x - 4, y - 4, x + 4, y + 4), fill=(*TRUTH_COLOR, 255), outline=(0, 0, 0))

@@ -10,9 +10,10 @@ import numpy as np
 from spacetools.bench.dataset import encode_png_data_uri
 from spacetools.bench.spatialsim import templates
 from spacetools.bench.spatialsim.context import SceneContext
-from spacetools.bench.spatialsim.question import Question, format_points
+from spacetools.bench.spatialsim.question import Question
 from spacetools.bench.spatialsim.relations import relation_holds
 from spacetools.bench.spatialsim.robospatial import side_phrase
+from spacetools.rewards.formats import format_points
 from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.observation import SIDES
 from spacetools.tools.referring import interior_point

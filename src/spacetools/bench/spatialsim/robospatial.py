@@ -11,8 +11,9 @@ from scipy.spatial import ConvexHull, QhullError
 
 from spacetools.bench.spatialsim import templates
 from spacetools.bench.spatialsim.context import SceneContext
-from spacetools.bench.spatialsim.question import Question, format_points
+from spacetools.bench.spatialsim.question import Question
 from spacetools.bench.spatialsim.relations import RELATIONS, relation_holds
+from spacetools.rewards.formats import format_points, format_yes_no
 from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.observation import SIDES
 from spacetools.tools.referring import interior_point
@@ -26,10 +27,6 @@ VACANT_INSIDE_POINTS = 4
 MIN_VACANT_PIXELS = 160
 
 
-def _yes_no(flag: bool) -> str:
-    return "Yes" if flag else "No"
-
-
 def configuration(ctx: SceneContext, rng: np.random.Generator, want_yes: bool) -> Question | None:
     """ "Is the A left of the B?" for a pair whose relation is clear and whose answer is the wanted one."""
     objects = ctx.referable()
@@ -39,7 +36,7 @@ def configuration(ctx: SceneContext, rng: np.random.Generator, want_yes: bool) -
         for relation in rng.permutation(RELATIONS):
             if relation_holds(a, b, str(relation)) is want_yes:
                 text = templates.pick(templates.CONFIGURATION, rng, a=a.name, b=b.name, relation=relation)
-                answer = _yes_no(want_yes)
+                answer = format_yes_no(want_yes)
                 return Question(
                     text=f"{text} {templates.YES_NO_INSTRUCTION}",
                     ground_truth=answer,
@@ -59,7 +56,7 @@ def compatibility_question(ctx: SceneContext, rng: np.random.Generator, want_yes
         for side in rng.permutation(SIDES):
             if compatibility(ctx, a.index, b.index, str(side)) is want_yes:
                 text = templates.pick(templates.COMPATIBILITY, rng, a=a.name, b=b.name, side=side)
-                answer = _yes_no(want_yes)
+                answer = format_yes_no(want_yes)
                 return Question(
                     text=f"{text} {templates.YES_NO_INSTRUCTION}",
                     ground_truth=answer,
