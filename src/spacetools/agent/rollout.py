@@ -87,8 +87,11 @@ class _Episode:
         timed = await asyncio.gather(*(_timed_call(session, call) for call in calls))
         self.tools_s += time.perf_counter() - started
         responses: dict[int, dict[str, Any]] = {}
+        kept: list[tuple[int, np.ndarray]] = []
         for call, (result, latency_s) in zip(calls, timed, strict=True):
-            indices = self._keep_images(session, state, result)
+            pictures = self._keep_images(session, result)
+            kept.extend(pictures)
+            indices = [index for index, _ in pictures]
             shown = indices if self.show_tool_images else []
             responses[call.index] = tool_message(result, max_chars, image_indices=shown)
             self.records.append(
@@ -104,13 +107,14 @@ class _Episode:
                     image_indices=indices,
                 )
             )
+        self._append_images(state, kept)
         for error in errors:
             self.parse_errors[error.kind] += 1
             responses[error.index] = tool_message(error.message, max_chars)
         state.messages.extend(responses[index] for index in sorted(responses))
 
-    def _keep_images(self, session: ToolSession, state: EpisodeState, result: ToolResult) -> list[int]:
-        """Give a tool's pictures their conversation indices in the episode.
+    def _keep_images(self, session: ToolSession, result: ToolResult) -> list[tuple[int, np.ndarray]]:
+        """The conversation indices of a tool's pictures, with the pictures.
 
         The session stored them where they were made (`result.image_indices`); a provider that does
         not is given them here.
@@ -118,14 +122,17 @@ class _Episode:
         indices = list(result.image_indices)
         if len(indices) != len(result.images):
             indices = [session.add_image(image) for image in result.images]
-        for index, image in zip(indices, result.images, strict=True):
+        return list(zip(indices, result.images, strict=True))
+
+    def _append_images(self, state: EpisodeState, kept: list[tuple[int, np.ndarray]]) -> None:
+        """Add a turn's tool pictures to the episode in index order (parallel calls finish in any order)."""
+        for index, image in sorted(kept, key=lambda pair: pair[0]):
             if index != len(state.images):
                 raise RuntimeError(
                     f"the session gave image index {index}, the episode expected {len(state.images)}"
                 )
             state.images.append(image)
             self.tool_images.append(image)
-        return indices
 
     def stats(self, turns: int) -> dict[str, Any]:
         """The statistics block of the trajectory."""

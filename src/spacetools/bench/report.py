@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from spacetools.agent.policies.scripted import ToolOutcome, fmt_grasp, read_box, read_grasp
+from spacetools.agent.policies.scripted import ToolOutcome, read_box, read_grasp
 from spacetools.agent.protocol import truncate_middle
 from spacetools.agent.types import assistant_text
 from spacetools.bench.dataset import Sample
 from spacetools.bench.summary import Summary, format_metrics
 from spacetools.rewards.extraction import extract_answer
-from spacetools.rewards.formats import parse_boxes, parse_grasp, parse_points, parse_yes_no
+from spacetools.rewards.formats import format_grasp, parse_boxes, parse_grasp, parse_points, parse_yes_no
 from spacetools.rewards.masks import load_mask
 
 TRUTH = (20, 190, 80)
@@ -259,11 +259,13 @@ def _one_line(text: str, limit: int) -> str:
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,.;:") + "…"
 
 
-def tool_geometry_picture(image: np.ndarray, name: str, result_text: str) -> tuple[Image.Image, str] | None:
-    """A zoomed view of the geometry a box fit or a grasp reports, drawn by the report from the result
-    text (a box fit returns no picture; a grasp's own picture is too small to read the gripper), and
-    its caption; None for other tools or a result without readable geometry."""
-    outcome = ToolOutcome(result_text)
+def tool_geometry_picture(
+    image: np.ndarray, name: str, result_text: str, value: Any = None
+) -> tuple[Image.Image, str] | None:
+    """A zoomed view of the geometry a box fit or a grasp reports, drawn by the report from the result's
+    structured value (a box fit returns no picture; a grasp's own picture is too small to read the
+    gripper), and its caption; None for other tools or a result without readable geometry."""
+    outcome = ToolOutcome(result_text, result_text.startswith("Error"), value)
     if name == BOX_TOOL:
         box = read_box(outcome)
         kind, points = "corners", box.corners_2d if box is not None else None
@@ -275,7 +277,7 @@ def tool_geometry_picture(image: np.ndarray, name: str, result_text: str) -> tup
         return None
     if points is None:
         return None
-    text = fmt_grasp(points) if kind == "grasp" else repr(points)
+    text = format_grasp(points) if kind == "grasp" else repr(points)
     region = _square_around(points) or FULL
     canvas = _crop(Image.fromarray(image), region)
     canvas = canvas.resize((TOOL_IMAGE_WIDTH, max(1, round(canvas.height * TOOL_IMAGE_WIDTH / canvas.width))))
@@ -294,8 +296,8 @@ def _tool_points(trajectory: Mapping[str, Any]) -> list[tuple[float, float]]:
     return [
         point
         for call in trajectory["tool_calls"]
-        if call["name"] in POINTING_TOOLS and not call["is_error"]
-        for point in parse_points(call["result_text"])
+        if call["name"] in POINTING_TOOLS and not call["is_error"] and isinstance(call.get("value"), dict)
+        for point in call["value"].get("points", [])
     ]
 
 
@@ -316,7 +318,9 @@ def _tool_pictures(row: Mapping[str, Any], sample: Sample | None) -> list[list[t
         ]
         shown = [(url, f"{call['name']} returned this picture") for url in urls]
         if not call["is_error"] and sample is not None:
-            drawn = tool_geometry_picture(sample.images[0], call["name"], call["result_text"])
+            drawn = tool_geometry_picture(
+                sample.images[0], call["name"], call["result_text"], call.get("value")
+            )
             if drawn is not None:
                 shown.append((png_data_url(drawn[0]), drawn[1]))
         pictures.append(shown)

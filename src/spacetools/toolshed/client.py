@@ -139,19 +139,32 @@ class RemoteSession:
             results = [await _to_tool_result(r) for r in _CALL_RESULTS.validate_json(response.content)]
         except Exception as exc:  # every failure must reach the model as text, never end the episode
             return [ToolResult.error(_describe(exc)) for _ in calls]
-        for result in results:
-            self._mirror_tool_images(result)
+        self._mirror_tool_images(results)
         return results
 
-    def _mirror_tool_images(self, result: ToolResult) -> None:
-        """The server session kept the tool's pictures; hold them here at the same indices."""
-        expected = list(range(len(self._images), len(self._images) + len(result.images)))
-        if result.image_indices != expected or self._uploaded != len(self._images):
-            result.image_indices = []  # pictures not fetched (or out of step): not mirrored here
+    def _mirror_tool_images(self, results: list[ToolResult]) -> None:
+        """The server session kept the tools' pictures; hold them here at the same indices.
+
+        A turn's calls run in parallel, so their pictures are numbered in the order they finished.
+        """
+        pairs = [
+            pair
+            for result in results
+            if len(result.images) == len(result.image_indices)
+            for pair in zip(result.image_indices, result.images, strict=True)
+        ]
+        pairs.sort(key=lambda pair: pair[0])
+        start = len(self._images)
+        if self._uploaded != start or [index for index, _ in pairs] != list(range(start, start + len(pairs))):
+            for result in results:  # pictures not fetched (or out of step): not mirrored here
+                result.image_indices = []
             return
-        self._images.extend(result.images)
-        self._attachments.extend({} for _ in result.images)
-        self._uploaded += len(result.images)
+        for result in results:
+            if len(result.images) != len(result.image_indices):
+                result.image_indices = []
+        self._images.extend(image for _, image in pairs)
+        self._attachments.extend({} for _ in pairs)
+        self._uploaded += len(pairs)
 
     def close(self) -> None:
         """Release the session; the server-side release runs in the background."""
