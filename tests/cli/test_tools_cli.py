@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spacetools.cli.tools import app
-from spacetools.sim.world import build_scene
+from spacetools.sim.layout import build_scene
 
 runner = CliRunner()
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from spacetools.sim.groundtruth import ObjectTruth
-from spacetools.sim.world import View, build_scene
+from spacetools.sim.layout import build_scene
+from spacetools.sim.world import View
 from spacetools.tools.definition import ToolContext
 
 SCENE_SEEDS = (0, 1, 2)

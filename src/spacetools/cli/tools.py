@@ -107,7 +107,8 @@ def _read_calls(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def _load_scene(scene: str) -> tuple[np.ndarray, str]:
     """The rendered image and scene spec JSON of a scene directory or an integer seed."""
-    from spacetools.sim.world import build_scene, load_scene
+    from spacetools.sim.layout import build_scene
+    from spacetools.sim.world import load_scene
 
     try:
         if scene.lstrip("-").isdigit():

@@ -23,7 +23,7 @@ from spacetools.bench.dataset import Sample, write_parquet
 from spacetools.bench.spatialsim import bopask, choice, refspatial, robospatial
 from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question
-from spacetools.sim.world import build_scene
+from spacetools.sim.layout import build_scene
 
 #: Every family takes (context, rng, question index); only families that balance answers use the index.
 FamilyGenerator = Callable[[SceneContext, np.random.Generator, int], Question | None]
