@@ -450,3 +450,34 @@ def test_unknown_questions_and_sources_give_clear_errors() -> None:
         asyncio.run(policy.act(EpisodeState(task, [], [IMAGE], 0, [])))
     with pytest.raises(ValueError, match="max_turns"):
         ScriptedPolicy(max_turns=1)
+
+
+class NoScene(dict):
+    """Task metadata that fails the test if anyone reads the scene (the expert must not)."""
+
+    def __getitem__(self, key: object) -> object:
+        assert key != "scene", "the expert read extra_info['scene']"
+        return super().__getitem__(key)
+
+    def get(self, key: object, default: object = None) -> object:
+        assert key != "scene", "the expert read extra_info['scene']"
+        return super().get(key, default)
+
+
+def test_the_expert_never_reads_the_scene_from_the_task_metadata() -> None:
+    question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
+    task = make_task("spatialsim_robospatial", question)
+    task.extra_info = NoScene(qa_type="compatibility", scene='{"seed": 1}')
+    _, answer = run_plan(task, compatibility_replies([ON_TABLE] * 16))
+    assert answer == "Yes"
+    options = list(NAMES)
+    depth_task = make_task(
+        "spatialsim_cvb3ddepth",
+        templates.with_choices(templates.CVB_3D_DEPTH[0].format(a=NAMES[0], b=NAMES[1]), options),
+    )
+    depth_task.extra_info = NoScene(choices=options, scene='{"seed": 1}')
+    _, answer = run_plan(
+        depth_task,
+        [[detected(0.2, 0.2), detected(0.7, 0.8), DEPTH], [error()], [error()], [result(0.9), result(1.0)]],
+    )
+    assert answer == "(A)"
