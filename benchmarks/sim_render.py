@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.sim.world import Scene, build_scene, sample_camera
+from spacetools.sim.layout import build_scene, sample_camera
+from spacetools.sim.world import Scene
 
 RESOLUTIONS = ((320, 240), (640, 480))
 TARGET_VIEWS_PER_S = {(320, 240): 5.0, (640, 480): 3.0}

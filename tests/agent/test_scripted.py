@@ -18,12 +18,13 @@ from spacetools.agent.policies.scripted import (
     ToolOutcome,
     ToolReplay,
     choose_plan,
+    is_fallback,
     read_box,
     read_grasp,
     tool_batches,
 )
-from spacetools.agent.protocol import parse_turn, tool_message
-from spacetools.agent.types import EpisodeState, Task
+from spacetools.agent.protocol import parse_turn
+from spacetools.agent.types import EpisodeState, Task, ToolCallRecord, Trajectory
 from spacetools.bench.spatialsim import templates
 from spacetools.rewards import compute_score
 
@@ -35,54 +36,71 @@ def make_task(data_source: str, question: str, **extra: object) -> Task:
     return Task(id="t", data_source=data_source, question=question, images=[IMAGE], extra_info=dict(extra))
 
 
-def run_plan(task: Task, results: list[list[str]]) -> tuple[list[list[tuple[str, dict]]], str]:
+def result(value: object, text: str = "ok") -> ToolOutcome:
+    """A successful tool result with a structured value (the expert reads only the value)."""
+    return ToolOutcome(text, False, value)
+
+
+def error(
+    text: str = "Error: RuntimeError: inference failed (transient error); retry the call",
+) -> ToolOutcome:
+    return ToolOutcome(text, True, None)
+
+
+def run_plan(task: Task, results: list[list[ToolOutcome]]) -> tuple[list[list[tuple[str, dict]]], str]:
     """Drive the policy like the rollout does: each turn's calls get the next scripted results."""
+    return run_plan_full(task, results)[:2]  # type: ignore[return-value]
+
+
+def run_plan_full(task: Task, results: list[list[ToolOutcome]]) -> tuple[list, str, str]:
     policy = ScriptedPolicy()
     messages: list[dict] = [{"role": "user", "content": task.question}]
+    records: list[ToolCallRecord] = []
     turns: list[list[tuple[str, dict]]] = []
     for turn in range(8):
-        text = asyncio.run(policy.act(EpisodeState(task, messages, [IMAGE], turn, [])))
+        state = EpisodeState(task, messages, [IMAGE], turn, [], tool_calls=list(records))
+        text = asyncio.run(policy.act(state))
         parsed = parse_turn(text)
         assert not parsed.errors, parsed.errors
         messages.append({"role": "assistant", "content": text})
         if parsed.answer is not None:
-            return turns, parsed.answer
+            return turns, parsed.answer, text
         calls = [(call.name, call.arguments) for call in parsed.tool_calls]
         turns.append(calls)
         replies = results[len(turns) - 1]
         assert len(replies) == len(calls), (calls, replies)
-        messages.extend(tool_message(reply) for reply in replies)
+        for (name, arguments), reply in zip(calls, replies, strict=True):
+            records.append(
+                ToolCallRecord(
+                    name, arguments, reply.text, reply.is_error, [], 0.0, turn + 1, value=reply.value
+                )
+            )
     raise AssertionError("the plan never answered")
 
 
-def detected(name: str, x: float, y: float) -> str:
-    return f"Detected 1 instance(s) of '{name}': [({x:.3f}, {y:.3f})]"
+def detected(x: float, y: float) -> ToolOutcome:
+    return result({"points": [[x, y]]})
 
 
-NO_POINT = "Detected 0 instance(s) of 'free space': []"
-DEPTH_TEXT = (
-    "Generated 64x48 depth map and 3,072 3D points. Depth range in point cloud: 0.65m to 1.29m (mean: 0.95m). "
-    "Use $depth_map (numpy array, 48x64), $point_cloud (numpy array, 3072x3) and $focal_length_px (float)."
-)
-SEGMENTED = (
-    "Segmented object at normalized coords (0.300, 0.500) with IoU score: 0.946. Use $segmentation_mask."
-)
+NO_POINT = result({"points": []})
+DEPTH = result({"width": 64, "height": 48, "focal_length_px": 60.0, "depth_min": 0.6, "depth_max": 1.3})
+SEGMENTED = result({"iou": 0.946, "point": [0.3, 0.5], "shape": [48, 64]})
 
 
-def box_text(centre: tuple[float, float, float], corners_2d: list[tuple[float, float]] | None = None) -> str:
-    """A compute_bbox result for a 10 cm cube at ``centre`` whose up is camera -y."""
+def box(
+    centre: tuple[float, float, float], corners_2d: list[tuple[float, float]] | None = None
+) -> ToolOutcome:
+    """A compute_bbox value for a 10 cm cube at ``centre`` whose up is camera -y (the tool's keys)."""
     cx, cy, cz = centre
     bottom = [(cx - 0.05, cy + 0.05, cz - 0.05), (cx + 0.05, cy + 0.05, cz - 0.05)]
     bottom += [(cx + 0.05, cy + 0.05, cz + 0.05), (cx - 0.05, cy + 0.05, cz + 0.05)]
     corners = bottom + [(x, y - 0.1, z) for x, y, z in bottom]
     corners_2d = corners_2d or [(0.1 * k, 0.05 * k) for k in range(8)]
-    return (
-        "Oriented bounding box computed from 500/3072 points.\n"
-        f"Corners in 3D: {np.round(corners, 3).tolist()}\n"
-        f"Corners in normalized image coordinates: {np.round(corners_2d, 3).tolist()}\n"
-        "Edges: [(0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4), (0, 4), (1, 5), (2, 6), (3, 7)]\n"
-        "Extent: [0.1, 0.1, 0.1]\nVolume: 0.001000"
-    )
+    return result({"corners_3d": [list(c) for c in corners], "corners_2d": [list(c) for c in corners_2d]})
+
+
+def point_3d(x: float, y: float, z: float) -> ToolOutcome:
+    return result([x, y, z])
 
 
 @pytest.mark.parametrize("template", templates.CONFIGURATION)
@@ -91,16 +109,12 @@ def test_configuration_compares_box_centres(template: str, relation: str) -> Non
     question = template.format(a=NAMES[0], b=NAMES[1], relation=relation) + " " + templates.YES_NO_INSTRUCTION
     task = make_task("spatialsim_robospatial", question, qa_type="configuration")
     # The red mug is left of, in front of and above the box.
-    a_box, b_box = box_text((-0.2, -0.1, 0.8)), box_text((0.2, 0.0, 1.1))
+    a_box, b_box = box((-0.2, -0.1, 0.8)), box((0.2, 0.0, 1.1))
     turns, answer = run_plan(
         task,
         [
-            [detected(NAMES[0], 0.3, 0.5), detected(NAMES[1], 0.7, 0.5), DEPTH_TEXT],
-            [
-                SEGMENTED,
-                "Value at (0.300, 0.500): [-0.2, -0.1, 0.8]",
-                "Value at (0.700, 0.500): [0.2, 0.0, 1.1]",
-            ],
+            [detected(0.3, 0.5), detected(0.7, 0.5), DEPTH],
+            [SEGMENTED, point_3d(-0.2, -0.1, 0.8), point_3d(0.2, 0.0, 1.1)],
             [a_box],
             [SEGMENTED],
             [b_box],
@@ -122,17 +136,16 @@ def test_configuration_compares_box_centres(template: str, relation: str) -> Non
     assert answer == expected
 
 
-@pytest.mark.parametrize("first_reply", ["Error: RuntimeError: pointing inference failed", NO_POINT])
-def test_a_failed_or_empty_pointing_call_goes_to_the_second_pointing_model(first_reply: str) -> None:
+@pytest.mark.parametrize("first_reply", [error(), NO_POINT])
+def test_a_failed_or_empty_pointing_call_goes_to_the_second_pointing_model(first_reply: ToolOutcome) -> None:
     question = f"Is the {NAMES[0]} left of the {NAMES[1]}? Answer yes or no."
     task = make_task("spatialsim_robospatial", question)
-    policy = ScriptedPolicy()
-    messages: list[dict] = [{"role": "user", "content": question}]
-    first = asyncio.run(policy.act(EpisodeState(task, messages, [IMAGE], 0, [])))
-    messages.append({"role": "assistant", "content": first})
-    for reply in [first_reply, detected(NAMES[1], 0.7, 0.5), DEPTH_TEXT]:
-        messages.append(tool_message(reply))
-    second = parse_turn(asyncio.run(policy.act(EpisodeState(task, messages, [IMAGE], 1, []))))
+    records = [
+        ToolCallRecord(name, {}, reply.text, reply.is_error, [], 0.0, 1, value=reply.value)
+        for name, reply in zip(["a", "b", "c"], [first_reply, detected(0.7, 0.5), DEPTH], strict=True)
+    ]
+    state = EpisodeState(task, [], [IMAGE], 1, [], tool_calls=records)
+    second = parse_turn(asyncio.run(ScriptedPolicy().act(state)))
     assert [(c.name, c.arguments["obj_name"]) for c in second.tool_calls] == [("vlm.detect_one", NAMES[0])]
 
 
@@ -142,10 +155,10 @@ def test_a_failed_segmentation_is_asked_again_before_the_box_fit() -> None:
     turns, answer = run_plan(
         make_task("spatialsim_boppose", question),
         [
-            [detected(NAMES[0], 0.3, 0.45), DEPTH_TEXT],
-            ["Error: RuntimeError: SAM2 inference failed (transient error); retry the call"],
+            [detected(0.3, 0.45), DEPTH],
+            [error()],
             [SEGMENTED],
-            [box_text((0, 0, 1), corners)],
+            [box((0, 0, 1), corners)],
         ],
     )
     assert [turn[0][0] for turn in turns[1:]] == [
@@ -156,6 +169,27 @@ def test_a_failed_segmentation_is_asked_again_before_the_box_fit() -> None:
     assert answer == "[" + ", ".join(f"({x:.3f}, {y:.3f})" for x, y in corners) + "]"
 
 
+ITEM_BOX = box((-0.6, 0.0, 2.0))  # the item stands elsewhere; its footprint is 10 x 10 cm
+ANCHOR_BOX = box((0.2, 0.0, 1.1))  # the table plane is its bottom face, y = 0.05 (up is camera -y)
+ON_TABLE = point_3d(0.0, 0.05, 1.0)
+OBSTACLE = point_3d(-0.5, 0.0, 0.5)  # 5 cm above the table, in neither box
+OFF_TABLE = point_3d(0.0, 0.2, 3.0)  # 15 cm below the table plane: the floor
+ANCHOR_SEEN = point_3d(0.2, 0.0, 1.1)  # the anchor, in front of the spot
+
+
+def compatibility_replies(
+    ring: list[ToolOutcome], spot: ToolOutcome | None = None
+) -> list[list[ToolOutcome]]:
+    return [
+        [detected(0.2, 0.5), detected(0.6, 0.5), spot or detected(0.3, 0.8), DEPTH],
+        [SEGMENTED],
+        [ITEM_BOX],
+        [SEGMENTED],
+        [ANCHOR_BOX],
+        ring,
+    ]
+
+
 @pytest.mark.parametrize("template", templates.COMPATIBILITY)
 @pytest.mark.parametrize(
     ("side", "expected_phrase"),
@@ -164,42 +198,52 @@ def test_a_failed_segmentation_is_asked_again_before_the_box_fit() -> None:
         ("behind", f"free space behind the {NAMES[1]} where the {NAMES[0]} can be placed"),
     ],
 )
-@pytest.mark.parametrize(("reply", "expected"), [(detected("spot", 0.2, 0.7), "Yes"), (NO_POINT, "No")])
-def test_compatibility_asks_roborefer_where_the_object_can_be_placed(
-    template: str, side: str, expected_phrase: str, reply: str, expected: str
+def test_compatibility_measures_the_space_at_the_proposed_spot(
+    template: str, side: str, expected_phrase: str
 ) -> None:
     question = template.format(a=NAMES[0], b=NAMES[1], side=side) + " " + templates.YES_NO_INSTRUCTION
     task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
-    turns, answer = run_plan(task, [[reply]])
-    assert turns == [[("roborefer.detect_one", {"obj_name": expected_phrase, "image_index": 0})]]
-    assert answer == expected
-
-
-def test_compatibility_is_read_from_the_wording_without_a_qa_type() -> None:
-    question = f"Is there enough room for the {NAMES[0]} in front of the {NAMES[1]}? Answer yes or no."
-    turns, answer = run_plan(make_task("spatialsim_robospatial", question), [[detected("spot", 0.5, 0.9)]])
-    assert turns[0][0][1]["obj_name"].startswith(f"free space in front of the {NAMES[1]} where")
+    turns, answer = run_plan(task, compatibility_replies([ON_TABLE] * 16))
+    assert turns[0][2] == ("roborefer.detect_one", {"obj_name": expected_phrase, "image_index": 0})
+    assert turns[0][3][0] == "depth_estimator.estimate_depth_with_pointcloud"
+    assert [name for name, _ in turns[5]] == ["vision_ops.index_at"] * 16
+    assert {arguments["data"] for _, arguments in turns[5]} == {"$point_cloud"}
     assert answer == "Yes"
 
 
 @pytest.mark.parametrize(
-    ("replies", "expected"),
-    [
-        (["Error: RuntimeError: pointing inference failed", detected("spot", 0.3, 0.6)], "Yes"),
-        (["Error: RuntimeError: pointing inference failed", NO_POINT], "No"),
-        (["Error: RuntimeError: pointing inference failed"] * 2, "No"),
-    ],
+    ("odd_one", "expected"), [(OBSTACLE, "No"), (OFF_TABLE, "No"), (ANCHOR_SEEN, "Yes"), (error(), "Yes")]
 )
-def test_compatibility_retries_only_a_failed_call_and_never_asks_the_vlm(
-    replies: list[str], expected: str
+def test_compatibility_is_no_when_the_footprint_meets_an_obstacle_or_the_table_edge(
+    odd_one: ToolOutcome, expected: str
 ) -> None:
     question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
-    turns, answer = run_plan(
-        make_task("spatialsim_robospatial", question, qa_type="compatibility"), [[r] for r in replies]
+    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
+    _, answer, text = run_plan_full(task, compatibility_replies([ON_TABLE] * 15 + [odd_one]))
+    assert answer == expected and "Fallback" not in text
+
+
+def test_the_ring_surrounds_the_spot_on_the_table_plane() -> None:
+    question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
+    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
+    turns, _ = run_plan(task, compatibility_replies([ON_TABLE] * 16))
+    pixels = np.array([[args["u"], args["v"]] for _, args in turns[5]])
+    np.testing.assert_allclose(pixels.mean(axis=0), [0.3, 0.8], atol=0.05)  # around the spot
+    assert np.ptp(pixels[:, 0]) > 0.2  # 11.5 cm across at 21 cm from the camera, 60 px focal length
+
+
+def test_compatibility_without_a_spot_is_a_marked_fallback() -> None:
+    question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
+    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
+    turns, answer, text = run_plan_full(
+        task, [[detected(0.2, 0.5), detected(0.6, 0.5), error(), DEPTH], [error()]]
     )
-    phrase = f"free space to the right of the {NAMES[1]} where the {NAMES[0]} can be placed"
-    assert turns == [[("roborefer.detect_one", {"obj_name": phrase, "image_index": 0})]] * len(replies)
-    assert answer == expected
+    assert turns[1] == [turns[0][2]]  # the failed placement request is asked again, never the VLM
+    assert answer == "No" and text.startswith("<think>Fallback guess:")
+    trajectory = Trajectory(
+        "t", "d", [{"role": "assistant", "content": text}], [], answer, 2, None, 0, {}, 0.0
+    )
+    assert is_fallback(trajectory)
 
 
 @pytest.mark.parametrize("template", templates.BLINK_DEPTH)
@@ -214,8 +258,8 @@ def test_blink_depth_reads_the_depth_map_at_the_marked_points(
     turns, answer = run_plan(
         task,
         [
-            ["Estimated depth map for 64x48 image. Focal length: 60.0px. Use $depth_map."],
-            [f"Value at (0.200, 0.300): {depths[0]}", f"Value at (0.600, 0.700): {depths[1]}"],
+            [DEPTH],
+            [result(depths[0]), result(depths[1])],
         ],
     )
     assert turns[1][0] == ("vision_ops.index_at", {"data": "$depth_map", "u": 0.2, "v": 0.3})
@@ -230,27 +274,36 @@ def test_relation_2d_compares_image_positions(template: str, options: list[str])
     question = templates.with_choices(template.format(a=NAMES[0], b=NAMES[1]), options)
     task = make_task("spatialsim_cvb2drelation", question, choices=options)
     # The mug is left of and above the box in the image.
-    _, answer = run_plan(task, [[detected(NAMES[0], 0.2, 0.2), detected(NAMES[1], 0.7, 0.8)]])
+    _, answer = run_plan(task, [[detected(0.2, 0.2), detected(0.7, 0.8)]])
     truth = "left" if "left" in options else "above"
     assert answer == f"({'AB'[options.index(truth)]})"
 
 
+def crop(x0: int, y0: int, x1: int, y1: int) -> ToolOutcome:
+    return result({"box": [x0, y0, x1, y1], "coverage": 80.0})
+
+
 @pytest.mark.parametrize("template", templates.CVB_3D_DEPTH)
-def test_depth_3d_picks_the_closer_named_object(template: str) -> None:
+def test_depth_3d_compares_the_median_depth_over_each_mask(template: str) -> None:
     question = templates.with_choices(template.format(a=NAMES[0], b=NAMES[1]), list(NAMES))
     task = make_task("spatialsim_cvb3ddepth", question, choices=list(NAMES))
-    _, answer = run_plan(
+    # The mug's nearest-looking pixel sees into its opening (3.0 m), its median is 0.9 m; the box is at 1.0 m.
+    mug = [result(0.9)] * 5 + [result(3.0)] * 3
+    turns, answer = run_plan(
         task,
         [
-            [
-                detected(NAMES[0], 0.2, 0.2),
-                detected(NAMES[1], 0.7, 0.8),
-                "Estimated depth map. Use $depth_map.",
-            ],
-            ["Value: 1.25", "Value: 0.85"],
+            [detected(0.2, 0.2), detected(0.7, 0.8), DEPTH],
+            [SEGMENTED],
+            [crop(6, 9, 19, 19)],
+            [SEGMENTED],
+            [crop(32, 24, 45, 38)],
+            mug + [result(1.0)] * 8,
         ],
     )
-    assert answer == "(B)"
+    assert [name for name, _ in turns[2]] == ["vision_ops.mask_crop"]
+    assert len(turns[5]) == 16 and {args["data"] for _, args in turns[5]} == {"$depth_map"}
+    assert all(6 / 64 <= args["u"] <= 19 / 64 for _, args in turns[5][:8])  # over the mug's mask
+    assert answer == "(A)"
 
 
 @pytest.mark.parametrize("template", templates.POSE)
@@ -259,7 +312,7 @@ def test_pose_answers_the_fitted_box_corners_and_scores_one(template: str) -> No
     question = template.format(a=NAMES[0]) + " " + templates.CORNERS_INSTRUCTION
     turns, answer = run_plan(
         make_task("spatialsim_boppose", question),
-        [[detected(NAMES[0], 0.3, 0.45), DEPTH_TEXT], [SEGMENTED], [box_text((0, 0, 1), corners)]],
+        [[detected(0.3, 0.45), DEPTH], [SEGMENTED], [box((0, 0, 1), corners)]],
     )
     assert [call[0] for turn in turns for call in turn] == [
         "roborefer.detect_one",
@@ -276,20 +329,14 @@ def test_pose_answers_the_fitted_box_corners_and_scores_one(template: str) -> No
 @pytest.mark.parametrize("template", templates.GRASP)
 def test_grasp_copies_the_generated_gripper_points(template: str) -> None:
     points = [(0.5, 0.5), (0.45, 0.5), (0.55, 0.5), (0.45, 0.6), (0.55, 0.6)]
-    grasp_text = (
-        "Generated collision-free grasp with confidence 0.953 from 400/3072 masked points. "
-        "Filtered 100 → 8 collision-free grasps. Projected 2D gripper points: "
-        + "["
-        + ", ".join(f"({x:.3f}, {y:.3f})" for x, y in points)
-        + "]"
-    )
+    grasp = result({"confidence": 0.953, "points_2d": [list(p) for p in points]})
     question = template.format(a=NAMES[0]) + " " + templates.GRASP_INSTRUCTION
     turns, answer = run_plan(
         make_task("spatialsim_bopgrasp", question),
-        [[detected(NAMES[0], 0.5, 0.5), DEPTH_TEXT], [SEGMENTED], [box_text((0, 0, 1)), grasp_text]],
+        [[detected(0.5, 0.5), DEPTH], [SEGMENTED], [box((0, 0, 1)), grasp]],
     )
     assert [name for name, _ in turns[2]] == ["bounding_box.compute_bbox", "grasp_generator.compute_grasp"]
-    assert read_grasp(ToolOutcome(grasp_text)) == points
+    assert read_grasp(grasp) == points
     truth = ", ".join(
         f"{label}: [{x}, {y}]"
         for label, (x, y) in zip(
@@ -305,15 +352,16 @@ def test_grasp_copies_the_generated_gripper_points(template: str) -> None:
 
 def test_a_failed_grasp_falls_back_to_a_grasp_across_the_box() -> None:
     question = f"Propose a grasp of the {NAMES[0]} with a parallel gripper."
-    _, answer = run_plan(
+    _, answer, text = run_plan_full(
         make_task("spatialsim_bopgrasp", question),
         [
-            [detected(NAMES[0], 0.5, 0.5), DEPTH_TEXT],
+            [detected(0.5, 0.5), DEPTH],
             [SEGMENTED],
-            [box_text((0, 0, 1)), "Error: RuntimeError: No collision-free grasps found."],
+            [box((0, 0, 1)), error("Error: RuntimeError: No collision-free grasps found.")],
         ],
     )
     assert answer.startswith("Grasp center: [") and answer.count("[") == 5
+    assert text.startswith("<think>Fallback guess:")  # a guess after a failure is marked
 
 
 @pytest.mark.parametrize(
@@ -336,9 +384,7 @@ def test_a_failed_grasp_falls_back_to_a_grasp_across_the_box() -> None:
 def test_free_space_questions_ask_the_pointer_for_vacant_space(
     data_source: str, question: str, expected_phrase: str
 ) -> None:
-    turns, answer = run_plan(
-        make_task(data_source, question, qa_type="vacant"), [[detected(expected_phrase, 0.2, 0.8)]]
-    )
+    turns, answer = run_plan(make_task(data_source, question, qa_type="vacant"), [[detected(0.2, 0.8)]])
     assert turns[0] == [("roborefer.detect_one", {"obj_name": expected_phrase, "image_index": 0})]
     assert answer == "[(0.200, 0.800)]"
 
@@ -346,7 +392,7 @@ def test_free_space_questions_ask_the_pointer_for_vacant_space(
 @pytest.mark.parametrize("template", templates.LOCATION)
 def test_location_points_at_the_whole_expression(template: str) -> None:
     question = template.format(a="mug", relation="left of", b="small blue box")
-    turns, answer = run_plan(make_task("spatialsim_reflocation", question), [[detected("x", 0.41, 0.62)]])
+    turns, answer = run_plan(make_task("spatialsim_reflocation", question), [[detected(0.41, 0.62)]])
     assert turns[0][0][1]["obj_name"] == "mug left of the small blue box"
     assert answer == "[(0.410, 0.620)]"
 
@@ -354,9 +400,8 @@ def test_location_points_at_the_whole_expression(template: str) -> None:
 @pytest.mark.parametrize("template", templates.DETECT)
 def test_detection_boxes_every_instance_from_its_mask(template: str) -> None:
     question = template.format(a="mug") + " " + templates.BOXES_INSTRUCTION
-    two = "Detected 2 instance(s) of 'mug': [(0.200, 0.300), (0.600, 0.700)]"
-    crop_a = "Cropped masked region from (6, 9) to (19, 19) [size: 13x10], mask coverage: 80.0%."
-    crop_b = "Cropped masked region from (32, 24) to (45, 38) [size: 13x14], mask coverage: 75.0%."
+    two = result({"points": [[0.2, 0.3], [0.6, 0.7]]})
+    crop_a, crop_b = crop(6, 9, 19, 19), crop(32, 24, 45, 38)
     turns, answer = run_plan(
         make_task("spatialsim_detect2d", question), [[two], [SEGMENTED], [crop_a], [SEGMENTED], [crop_b]]
     )
@@ -366,32 +411,30 @@ def test_detection_boxes_every_instance_from_its_mask(template: str) -> None:
     assert answer == "[[0.094, 0.188, 0.297, 0.396], [0.500, 0.500, 0.703, 0.792]]"
 
 
-def test_read_box_rejects_errors_and_unreadable_texts() -> None:
-    assert read_box(ToolOutcome("Error: ToolError: too few object points")) is None
-    assert read_box(ToolOutcome("Corners in 3D: [[0, 0, 0]]")) is None
-    box = read_box(ToolOutcome(box_text((0.0, 0.0, 1.0))))
-    assert box is not None
-    assert box.centre == pytest.approx((0.0, -0.0, 1.0), abs=1e-9)
-    assert box.up == pytest.approx((0.0, -1.0, 0.0))
+def test_read_box_rejects_errors_and_malformed_values() -> None:
+    assert read_box(error("Error: too few object points")) is None
+    assert read_box(result({"corners_3d": [[0, 0, 0]], "corners_2d": []})) is None
+    assert read_box(result({"corners_3d": [[float("nan")] * 3] * 8, "corners_2d": [[0, 0]] * 8})) is None
+    fitted = read_box(box((0.0, 0.0, 1.0)))
+    assert fitted is not None
+    assert fitted.centre == pytest.approx((0.0, -0.0, 1.0), abs=1e-9)
+    assert fitted.up == pytest.approx((0.0, -1.0, 0.0))
+    assert fitted.footprint == pytest.approx((0.1, 0.1))
 
 
-def test_tool_batches_group_the_responses_of_each_turn() -> None:
-    messages = [
-        {"role": "system", "content": "s"},
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "content": "a"},
-        tool_message("one"),
-        tool_message("Error: two"),
-        {"role": "assistant", "content": "b"},
-        tool_message("three"),
+def test_tool_batches_group_the_records_of_each_turn() -> None:
+    records = [
+        ToolCallRecord("a", {}, "one", False, [], 0.0, 1, value=1.0),
+        ToolCallRecord("b", {}, "Error: two", True, [], 0.0, 1),
+        ToolCallRecord("c", {}, "three", False, [], 0.0, 2, value={"points": []}),
     ]
-    batches = tool_batches(messages)
+    batches = tool_batches(records)
     assert [[o.text for o in batch] for batch in batches] == [["one", "Error: two"], ["three"]]
-    assert batches[0][1].is_error and not batches[0][0].is_error
+    assert batches[0][1].is_error and batches[0][0].value == 1.0
 
 
 def test_replay_asks_for_the_first_missing_batch() -> None:
-    replay = ToolReplay([[ToolOutcome("r1")]])
+    replay = ToolReplay([[result(None, "r1")]])
     assert [o.text for o in replay.call("t", ("echo.echo", {"text": "x"}))] == ["r1"]
     assert replay.turns_left == 6
     with pytest.raises(Exception, match="second"):
@@ -407,3 +450,34 @@ def test_unknown_questions_and_sources_give_clear_errors() -> None:
         asyncio.run(policy.act(EpisodeState(task, [], [IMAGE], 0, [])))
     with pytest.raises(ValueError, match="max_turns"):
         ScriptedPolicy(max_turns=1)
+
+
+class NoScene(dict):
+    """Task metadata that fails the test if anyone reads the scene (the expert must not)."""
+
+    def __getitem__(self, key: object) -> object:
+        assert key != "scene", "the expert read extra_info['scene']"
+        return super().__getitem__(key)
+
+    def get(self, key: object, default: object = None) -> object:
+        assert key != "scene", "the expert read extra_info['scene']"
+        return super().get(key, default)
+
+
+def test_the_expert_never_reads_the_scene_from_the_task_metadata() -> None:
+    question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
+    task = make_task("spatialsim_robospatial", question)
+    task.extra_info = NoScene(qa_type="compatibility", scene='{"seed": 1}')
+    _, answer = run_plan(task, compatibility_replies([ON_TABLE] * 16))
+    assert answer == "Yes"
+    options = list(NAMES)
+    depth_task = make_task(
+        "spatialsim_cvb3ddepth",
+        templates.with_choices(templates.CVB_3D_DEPTH[0].format(a=NAMES[0], b=NAMES[1]), options),
+    )
+    depth_task.extra_info = NoScene(choices=options, scene='{"seed": 1}')
+    _, answer = run_plan(
+        depth_task,
+        [[detected(0.2, 0.2), detected(0.7, 0.8), DEPTH], [error()], [error()], [result(0.9), result(1.0)]],
+    )
+    assert answer == "(A)"

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from spacetools.agent.policies.scripted import ScriptedPolicy
+from spacetools.agent.policies.scripted import ScriptedPolicy, is_fallback
+from spacetools.agent.types import Trajectory
 from spacetools.bench.evaluate import evaluate, load_samples, read_rows
 from spacetools.bench.spatialsim import generator
 
@@ -58,3 +59,11 @@ def test_pose_mean_iou_reaches_080(exact_run: tuple[list[dict], dict[str, str]])
     rows, _ = exact_run
     pose = [r for r in rows if r["data_source"] == "spatialsim_boppose"]
     assert _mean_score(pose) >= 0.8, sorted(round(r["score"]["iou"], 3) for r in pose)
+
+
+@pytest.mark.slow
+def test_exact_tools_never_leave_the_expert_guessing(exact_run: tuple[list[dict], dict[str, str]]) -> None:
+    """With exact tools no call fails, so no answer may be a fallback guess (compatibility is measured)."""
+    rows, _ = exact_run
+    guesses = [row["id"] for row in rows if is_fallback(Trajectory.from_dict(row["trajectory"]))]
+    assert guesses == []

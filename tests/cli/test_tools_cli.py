@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from spacetools.cli.tools import app
-from spacetools.sim.world import build_scene
+from spacetools.sim.layout import build_scene
 
 runner = CliRunner()
 
 CHAIN = [
-    {"name": "roborefer.detect_one", "arguments": {"obj_name": "{name}", "image_index": 0}},
+    {"name": "vlm.detect_one", "arguments": {"obj_name": "{name}", "image_index": 0}},
     {"name": "sam2.segment_from_points", "arguments": {"points": "${var}", "image_index": 0}},
     {"name": "depth_estimator.estimate_depth_with_pointcloud", "arguments": {"image_index": 0}},
     {
@@ -96,7 +96,7 @@ def test_run_executes_a_chain_on_a_saved_scene_in_worker_processes(tmp_path: Pat
         scene.save(tmp_path / "scene")
         names = [o.name for o in scene.spec.objects]
     name = next(n for n in names if names.count(n) == 1)
-    text = json.dumps(CHAIN).replace("{name}", name).replace("{var}", name.replace(" ", "_") + "_detection")
+    text = json.dumps(CHAIN).replace("{name}", name).replace("{var}", name.replace(" ", "_") + "_detections")
     (tmp_path / "calls.json").write_text(text)
     command = [sys.executable, "-m", "spacetools.cli.main", "tools", "run"]
     command += ["--scene", str(tmp_path / "scene"), "--calls", str(tmp_path / "calls.json")]
@@ -107,4 +107,5 @@ def test_run_executes_a_chain_on_a_saved_scene_in_worker_processes(tmp_path: Pat
     assert [r["is_error"] for r in results] == [False] * 5 + [True]
     assert results[0]["text"].startswith(f"Detected 1 instance(s) of '{name}': [(")
     assert results[3]["variables"] == ["edges", "extent", "obb_corners_2d", "obb_corners_3d"]
+    assert len(results[3]["value"]["corners_2d"]) == 8  # the structured result beside the text
     assert "nothing" in results[5]["text"]

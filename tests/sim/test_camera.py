@@ -85,11 +85,11 @@ def test_bad_input_is_reported(camera: Camera) -> None:
 
 def test_rendered_pixels_follow_the_pixel_centre_convention() -> None:
     """A box seen from above covers exactly the pixels whose centres project inside it."""
-    from spacetools.sim.world import _connect, _static_box
+    from spacetools.sim.bodies import connect, static_box
 
-    client = _connect()
+    client = connect()
     try:
-        body = _static_box(client, (0.1, 0.07, 0.05), (0.0, 0.0, 0.05), (1.0, 0.0, 0.0, 1.0))
+        body = static_box(client, (0.1, 0.07, 0.05), (0.0, 0.0, 0.05), (1.0, 0.0, 0.0, 1.0))
         for width, height in ((64, 48), (100, 80)):
             camera = Camera.look_at((0.0, -1e-4, 1.0), (0.0, 0.0, 0.0), width, height, 60.0)
             _, _, _, _, segmentation = pybullet.getCameraImage(

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
+from spacetools.sim.bodies import connect, create_body
 from spacetools.sim.bullet import pybullet
 from spacetools.sim.camera import Camera
 from spacetools.sim.catalogue import CATALOGUE
+from spacetools.sim.layout import build_scene
 from spacetools.sim.visualbox import mesh_vertices, visual_box
-from spacetools.sim.world import View, _connect, _create_body, build_scene
+from spacetools.sim.world import View
 
 ASSETS = [
     *sorted({kind.assets[0]: kind.scale for kind in CATALOGUE if kind.assets}.items()),
@@ -25,7 +27,7 @@ FACING_MARGIN_M = 0.01
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[int]:
-    client = _connect()
+    client = connect()
     yield client
     pybullet.disconnect(client)
 
@@ -96,7 +98,7 @@ def test_articulated_bodies_are_refused(client: int) -> None:
 
 @pytest.mark.parametrize(("asset", "scale"), ASSETS)
 def test_asset_box_hugs_its_rendered_points(client: int, asset: str, scale: float) -> None:
-    body = _create_body(client, "asset", asset, scale, (0.01, 0.01, 0.01), None)
+    body = create_body(client, "asset", asset, scale, (0.01, 0.01, 0.01), None)
     half, centre = (np.asarray(v) for v in visual_box(client, body))
     lows, highs = [], []
     for view in range(8):  # turned every way, seen from all round: every side of the box shows up

@@ -13,8 +13,9 @@ from shapely.geometry import MultiPoint
 from spacetools.sim.bullet import pybullet
 from spacetools.sim.camera import Camera
 from spacetools.sim.groundtruth import ObjectTruth
+from spacetools.sim.layout import build_scene
 from spacetools.sim.scene import ObjectSpec, SceneSpec
-from spacetools.sim.world import Scene, View, build_scene, load_scene
+from spacetools.sim.world import Scene, View, load_scene
 
 SEEDS = (0, 1, 2, 3, 11)
 W, H = 320, 240

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from spacetools.sim.groundtruth import ObjectTruth
-from spacetools.sim.world import View, build_scene
+from spacetools.sim.layout import build_scene
+from spacetools.sim.world import View
 from spacetools.tools.definition import ToolContext
 
 SCENE_SEEDS = (0, 1, 2)
@@ -57,9 +58,19 @@ MakeContext = Callable[..., ToolContext]
 def make_ctx() -> MakeContext:
     """A context for one call on a rendered scene (the image carries its scene spec)."""
 
-    def make(rendered: RenderedScene, profile: str = "exact", seed: int = 0) -> ToolContext:
-        return ToolContext(
-            "test", [rendered.view.rgb], [rendered.spec_json], np.random.default_rng(seed), profile
-        )
+    def make(rendered: RenderedScene, seed: int = 0) -> ToolContext:
+        return scene_context(rendered, seed)
 
     return make
+
+
+def scene_context(rendered: RenderedScene, seed: int = 0) -> ToolContext:
+    """A context whose one image carries its scene in its attachment, as a Toolshed session sends it."""
+    height, width = rendered.view.rgb.shape[:2]
+    return ToolContext(
+        "test",
+        {0: rendered.view.rgb},
+        [(height, width)],
+        [{"scene": rendered.spec_json}],
+        np.random.default_rng(seed),
+    )

@@ -50,10 +50,10 @@ async def _chain(
     shed: Toolshed, rendered: RenderedScene, name: str, grasp: bool = True, seed: int = 0
 ) -> dict:
     """Run the chain in one session; ``corners_2d`` is None when a call failed before the box."""
-    session = shed.open_session([rendered.view.rgb], [rendered.spec_json], seed=seed)
+    session = shed.open_session([rendered.view.rgb], [{"scene": rendered.spec_json}], seed=seed)
     results = [await session.call("roborefer.detect_one", {"obj_name": name, "image_index": 0})]
-    detection = session.variables.get(name.replace(" ", "_") + "_detection")
-    if detection is not None:
+    detection = results[0].value["points"] if not results[0].is_error else []
+    if detection:
         x, y = detection[0]
         results.append(
             await session.call("sam2.segment_from_point", {"x": float(x), "y": float(y), "image_index": 0})
@@ -62,7 +62,7 @@ async def _chain(
             await session.call("depth_estimator.estimate_depth_with_pointcloud", {"image_index": 0})
         )
         results.append(await session.call("bounding_box.compute_bbox", REFS))
-    box_ok = detection is not None and not any(result.is_error for result in results)
+    box_ok = bool(detection) and not any(result.is_error for result in results)
     outcome = {
         "results": results,
         "corners_2d": np.asarray(session.variables["obb_corners_2d"]) if box_ok else None,

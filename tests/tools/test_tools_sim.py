@@ -11,14 +11,14 @@ from tests.tools.conftest import MakeContext, RenderedScene
 from spacetools.tools.definition import ToolContext, ToolResult, invoke_tool_method
 from spacetools.tools.depth import DepthEstimatorTool
 from spacetools.tools.grasp import GraspGeneratorTool
-from spacetools.tools.pointing import RoboReferTool, VLMPointingTool, detection_variable
+from spacetools.tools.pointing import RoboReferTool, VLMPointingTool
 from spacetools.tools.projection import pixel_index
 from spacetools.tools.segmentation import Sam2Tool
 from spacetools.tools.simworld import render_observation
 from spacetools.tools.vision_ops import VisionOpsTool
 
 POINTS_TEXT = re.compile(
-    r"^Detected (\d+) instance\(s\) of '(.+)': \[((?:\(\d\.\d{3}, \d\.\d{3}\)(?:, )?)*)\]"
+    r"^Detected (\d+) instance\(s\) of '(.+)': \[((?:\(\d\.\d{1,3}, \d\.\d{1,3}\)(?:, )?)*)\]"
 )
 
 
@@ -54,9 +54,12 @@ def test_detect_one_points_inside_every_named_object(tools, scenes, make_ctx: Ma
                 image_index=0,
             )
             assert POINTS_TEXT.match(result.text), result.text
-            variable = truth.name.replace(" ", "_") + "_detection"
-            assert result.text.endswith(f"Use ${variable} to reference them.")
-            points = result.variables[variable]
+            points = np.asarray(result.value["points"])
+            assert (
+                result.text
+                == f"Detected 1 instance(s) of '{truth.name}': [{tuple(points[0].round(3).tolist())}]"
+            )
+            assert result.variables == {}  # roborefer stores nothing
             assert points.shape == (1, 2)
             assert object_at(rendered, points[0]) == truth.index
             assert len(result.images) == 1 and result.images[0].shape == rendered.view.rgb.shape
@@ -75,7 +78,7 @@ def test_detect_all_finds_every_instance_of_a_category(tools, scenes, make_ctx: 
             obj_name=category + "s",
             image_index=0,
         )
-        points = result.variables[detection_variable(category + "s", all_instances=True)]
+        points = result.value["points"]
         hit = sorted(object_at(rendered, p) for p in points)
         assert hit == sorted(t.index for t in rendered.truths if t.category == category and t.mask.any())
 
@@ -104,7 +107,7 @@ def test_relations_pick_an_object_on_that_side_of_the_anchor(tools, scenes, make
             if not on_side:
                 assert result.text.startswith("Detected 0 instance(s)")
                 continue
-            (point,) = next(iter(result.variables.values()))
+            (point,) = result.value["points"]
             assert object_at(rendered, point) in on_side, (side, result.text)
 
 
@@ -126,7 +129,7 @@ def test_vacant_space_points_at_free_table_on_that_side(tools, scene, make_ctx: 
             obj_name=f"vacant space {side} the {anchor.name}",
             image_index=0,
         )
-        points = next(iter(result.variables.values()))
+        points = result.value["points"]
         for u, v in points:
             row, col = pixel_index(u, v, 640, 480)
             assert table[row, col]
@@ -184,9 +187,9 @@ def test_realistic_masks_differ_from_the_truth_but_reproducibly(tools, scene, ma
     points = np.argwhere(truth.mask)[:1][:, ::-1] / [480, 640][::-1]
     results = [
         call(
-            tools["sam2"],
+            Sam2Tool(profile="harsh"),
             "sam2.segment_from_points",
-            make_ctx(scene, "harsh", seed),
+            make_ctx(scene, seed),
             points=points,
             image_index=0,
         )
@@ -222,19 +225,16 @@ def test_depth_is_the_rendered_metric_depth_with_a_per_pixel_cloud(
 
 
 def test_realistic_depth_is_noisy_scaled_and_reproducible(tools, scene, make_ctx: MakeContext) -> None:
-    first = call(
-        tools["depth"], "depth_estimator.estimate_depth", make_ctx(scene, "realistic", 7), image_index=0
-    )
-    again = call(
-        tools["depth"], "depth_estimator.estimate_depth", make_ctx(scene, "realistic", 7), image_index=0
-    )
+    realistic = DepthEstimatorTool(profile="realistic")
+    first = call(realistic, "depth_estimator.estimate_depth", make_ctx(scene, 7), image_index=0)
+    again = call(realistic, "depth_estimator.estimate_depth", make_ctx(scene, 7), image_index=0)
     np.testing.assert_array_equal(first.variables["depth_map"], again.variables["depth_map"])
     error = np.abs(first.variables["depth_map"] - scene.view.depth)
     assert 0 < np.median(error) < 0.2
 
 
 def test_simulated_tools_need_a_scene(tools, scene) -> None:
-    ctx = ToolContext("test", [scene.view.rgb], [None], np.random.default_rng(0))
+    ctx = ToolContext("test", {0: scene.view.rgb}, [(480, 640)], [{}], np.random.default_rng(0))
     for tool, name, kwargs in (
         (tools["roborefer"], "roborefer.detect_one", {"obj_name": "mug"}),
         (tools["sam2"], "sam2.segment_from_point", {"x": 0.5, "y": 0.5}),
@@ -257,9 +257,10 @@ def test_index_at_reads_depth_clouds_and_masks(tools, scene, make_ctx: MakeConte
     ).variables
     u, v = 0.5, 0.5
     value = call(tools["ops"], "vision_ops.index_at", ctx, data=depth["depth_map"], u=u, v=v)
-    assert value.text == f"Pixel value at (0.500, 0.500) is {scene.view.depth[240, 320]:.4f}"
+    expected = float(scene.view.depth[240, 320])  # the float32 element's full repr, not rounded
+    assert value.text == f"Pixel value at (0.500, 0.500) is {expected!r}" and value.value == expected
     point = call(tools["ops"], "vision_ops.index_at", ctx, data=depth["point_cloud"], u=u, v=v)
-    assert f"{scene.view.depth[240, 320]:.4f}]" in point.text
+    assert point.value[2] == pytest.approx(expected, rel=1e-6) and point.text.endswith(f"{point.value[2]!r}]")
     mask = call(tools["ops"], "vision_ops.index_at", ctx, data=scene.view.segmentation >= 0, u=u, v=v)
     assert mask.text.endswith(str(bool(scene.view.segmentation[240, 320] >= 0)))
     bad = call(tools["ops"], "vision_ops.index_at", ctx, data=depth["depth_map"], u=1.5, v=0.5)

@@ -66,10 +66,14 @@ class PointTool(Tool):
         """Not a tool method."""
 
 
-def _ctx(images: int = 1, scenes: list[str | None] | None = None) -> ToolContext:
-    frames = [np.zeros((4, 6, 3), np.uint8) for _ in range(images)]
+def _ctx(images: int = 1, attachments: list[dict] | None = None) -> ToolContext:
+    frames = {index: np.zeros((4, 6, 3), np.uint8) for index in range(images)}
     return ToolContext(
-        "s", frames, scenes if scenes is not None else [None] * images, np.random.default_rng(0)
+        "s",
+        frames,
+        [(4, 6)] * images,
+        attachments if attachments is not None else [{}] * images,
+        np.random.default_rng(0),
     )
 
 
@@ -161,11 +165,15 @@ def test_tool_errors_become_error_results() -> None:
     )
 
 
-def test_scene_spec_requires_a_simulated_scene() -> None:
-    ctx = _ctx(2, scenes=['{"seed": 1}', None])
-    assert ctx.scene_spec(0) == '{"seed": 1}'
-    with pytest.raises(ToolError, match="image 1 has no simulated scene"):
-        ctx.scene_spec(1)
+def test_attachments_are_per_image_and_images_only_those_sent() -> None:
+    ctx = _ctx(2, attachments=[{"scene": '{"seed": 1}'}, {}])
+    assert ctx.attachment(0) == {"scene": '{"seed": 1}'} and ctx.attachment(1) == {}
+    del ctx.images[1]  # a call that references only image 0 is sent only image 0
+    assert ctx.image_size(1) == (4, 6)
+    with pytest.raises(ToolError, match="image 1 was not sent with this call"):
+        ctx.image(1)
+    with pytest.raises(ToolError, match="out of range"):
+        ctx.attachment(2)
 
 
 def test_sanitize_strips_tracebacks_paths_and_caps_length() -> None:
@@ -202,9 +210,9 @@ def test_definition_mistakes_are_reported_with_the_method_named() -> None:
 
 
 def test_context_pickles_with_its_random_stream_intact() -> None:
-    ctx = _ctx(scenes=['{"seed": 1}'])
+    ctx = _ctx(attachments=[{"scene": '{"seed": 1}'}])
     ctx.rng.random()  # an advanced stream must continue where it was, not restart
     copy = pickle.loads(pickle.dumps(ctx))
     assert copy.rng.random() == ctx.rng.random()
-    assert copy.session_id == ctx.session_id and copy.scene_spec(0) == '{"seed": 1}'
+    assert copy.session_id == ctx.session_id and copy.attachment(0) == {"scene": '{"seed": 1}'}
     assert np.array_equal(copy.image(0), ctx.image(0))

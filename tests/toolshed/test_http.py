@@ -109,7 +109,7 @@ def call(
 
 def test_health_and_tool_schemas(http: httpx.Client) -> None:
     health = http.get("/health").json()
-    assert health["status"] == "ok" and health["profile"] == "exact"
+    assert health["status"] == "ok" and health["profile"] is None  # no profile given: each tool's own
     schemas = http.get("/tools").json()
     names = [schema["function"]["name"] for schema in schemas]
     assert names[:3] == ["echo.echo", "echo.describe", "echo.random"] and "fault.crash" in names
@@ -140,7 +140,14 @@ def test_a_turn_runs_in_parallel_and_keeps_call_order(http: httpx.Client) -> Non
 def test_variables_resolve_on_the_server_across_requests(http: httpx.Client) -> None:
     session_id = open_session(http)
     (made,) = call(http, session_id, ("fault.make_array", {"n": 4}))
-    assert made == {"text": made["text"], "is_error": False, "variables": ["array"], "images": []}
+    assert made == {
+        "text": made["text"],
+        "is_error": False,
+        "variables": ["array"],
+        "value": None,
+        "images": [],
+        "image_indices": [],
+    }
     (described,) = call(http, session_id, ("echo.describe", {"data": "$array"}))
     assert described["text"] == "array of shape (4,), dtype float32, mean 1.0000"
     (missing,) = call(http, session_id, ("echo.describe", {"data": "$depth"}))
@@ -169,14 +176,15 @@ def test_tool_images_come_back_on_request_and_uploaded_images_are_addressable(ht
     session_id = open_session(http)
     (without,) = call(http, session_id, ("mirror.flip", {"image_index": 0}))
     assert without["images"] == [] and without["text"] == "flipped image 0"
+    assert without["image_indices"] == [1]  # the session keeps a tool's picture where it is made
     (with_images,) = call(http, session_id, ("mirror.flip", {"image_index": 0}), images=True)
     (picture,) = with_images["images"]
-    assert picture.startswith("data:image/png;base64,")
+    assert picture.startswith("data:image/png;base64,") and with_images["image_indices"] == [2]
     np.testing.assert_array_equal(decode_image(picture), IMAGE[:, ::-1])
-    added = http.post(f"/sessions/{session_id}/images", json={"image": picture})
-    assert added.status_code == 201 and added.json() == {"index": 1}
-    (flipped_back,) = call(http, session_id, ("mirror.flip", {"image_index": 1}), images=True)
+    (flipped_back,) = call(http, session_id, ("mirror.flip", {"image_index": 2}), images=True)
     np.testing.assert_array_equal(decode_image(flipped_back["images"][0]), IMAGE)
+    added = http.post(f"/sessions/{session_id}/images", json={"image": picture})
+    assert added.status_code == 201 and added.json() == {"index": 4}
 
 
 def test_an_unknown_or_closed_session_is_a_404(http: httpx.Client) -> None:
@@ -201,7 +209,11 @@ def test_an_unknown_or_closed_session_is_a_404(http: httpx.Client) -> None:
         ("/sessions", {"images": ["data:image/png;base64,AAAA"]}, "does not hold a readable image"),
         ("/sessions", {"images": ["http://example.com/a.png"]}, "expected a base64 data URI"),
         ("/sessions", {"images": ["data:image/gif;base64,AAAA"]}, "unsupported image type 'image/gif'"),
-        ("/sessions", {"images": [encode_image(IMAGE)], "scenes": [None, None]}, "got 1 images but 2 scenes"),
+        (
+            "/sessions",
+            {"images": [encode_image(IMAGE)], "attachments": [None, None]},
+            "got 1 images but 2 attachments",
+        ),
         ("/sessions/{id}/calls", {"name": "echo.echo"}, "Input should be a valid list"),
         ("/sessions/{id}/calls", [{"arguments": {}}], "Field required"),
         ("/sessions/{id}/images", {"image": "data:image/jpeg;base64,!!"}, "does not hold a readable image"),
@@ -221,7 +233,14 @@ def test_a_crashing_tool_is_an_error_result_and_the_server_keeps_serving(http: h
     session_id = open_session(http)
     crashed, echoed = call(http, session_id, ("fault.crash", {}), ("echo.echo", {"text": "still here"}))
     assert crashed["is_error"] and crashed["text"].startswith("Error: ")
-    assert echoed == {"text": "still here", "is_error": False, "variables": [], "images": []}
+    assert echoed == {
+        "text": "still here",
+        "is_error": False,
+        "variables": [],
+        "value": None,
+        "images": [],
+        "image_indices": [],
+    }
     (raised,) = call(http, session_id, ("fault.raise_error", {"message": "boom"}))
     assert raised["is_error"] and raised["text"] == "Error: RuntimeError: boom"
     (recovered,) = call(http, session_id, ("fault.echo", {"text": "back"}))  # on a restarted worker
@@ -272,8 +291,9 @@ def test_remote_session_mirrors_the_session_api(base_url: str) -> None:
                 [("fault.make_array", {"n": 2}), ("mirror.flip", {"image_index": 0})]
             )
             assert session.id is not None and made.variables == {"array": None}
-            (picture,) = flipped.images
-            assert session.add_image(picture) == 1  # uploaded before the next call
+            assert flipped.image_indices == [1]  # kept by the server session, mirrored here
+            np.testing.assert_array_equal(session.images[1], IMAGE[:, ::-1])
+            assert session.add_image(IMAGE) == 2  # uploaded before the next call
             described, flipped_back = await session.call_many(
                 [("echo.describe", '{"data": "$array"}'), ("mirror.flip", {"image_index": 1})]
             )
@@ -379,6 +399,6 @@ def test_serve_runs_the_v1_tools_with_the_same_results_as_in_process() -> None:
         # then re-raises the signal, so the exit status is -SIGTERM).
         log = server.communicate(timeout=60)[1].decode()
         assert "Application shutdown complete" in log, log[-2000:]
-    assert remote.finish_reason == "answer" and remote.answer == local.answer
+    assert remote.finish_reason == "answer" and remote.answer == local.answer, remote.error
     assert [call.name for call in remote.tool_calls][-1] == "grasp_generator.compute_grasp"
     assert [call.result_text for call in remote.tool_calls] == [call.result_text for call in local.tool_calls]

@@ -10,8 +10,9 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
+from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
 from spacetools.tools.diagnostics import EchoTool, FaultTool, SleepTool
-from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed import ToolDeployment, ToolProvider, ToolSession, Toolshed
 
 T = TypeVar("T")
 IMAGE = np.zeros((8, 8, 3), np.uint8)
@@ -136,7 +137,8 @@ def test_closed_sessions_and_bad_images_are_reported() -> None:
     async def scenario() -> None:
         async with Toolshed(_deployments()) as shed:
             session = shed.open_session([IMAGE])
-            assert session.add_image(IMAGE, scene='{"seed": 3}') == 1
+            assert session.add_image(IMAGE, {"scene": '{"seed": 3}'}) == 1
+            assert session.attachments == [{}, {"scene": '{"seed": 3}'}]
             with pytest.raises(ValueError, match=r"image 2 must be a uint8 RGB array of shape \(H, W, 3\)"):
                 session.add_image(np.zeros((8, 8), np.float32))
             session.close()
@@ -188,3 +190,38 @@ def test_calling_before_start_is_a_programming_error() -> None:
     session = Toolshed(_deployments()).open_session([])
     with pytest.raises(RuntimeError, match="not started"):
         run(session.call("echo.echo", {"text": "x"}))
+
+
+def test_toolshed_and_session_satisfy_the_provider_protocol() -> None:
+    shed = Toolshed(_deployments())
+    assert isinstance(shed, ToolProvider)
+    assert isinstance(shed.open_session([IMAGE]), ToolSession)
+
+
+def test_tool_pictures_are_kept_by_the_session_and_calls_get_only_their_images() -> None:
+    class Picture(Tool):
+        name = "picture"
+
+        @tool_method
+        def copy(self, image_index: int, *, ctx: ToolContext) -> ToolResult:
+            """Return a copy of one image, and say which images the call was sent.
+
+            Args:
+                image_index: The image to copy.
+            """
+            sent = sorted(ctx.images)
+            return ToolResult(
+                text=f"sent {sent} of {ctx.image_count}", images=[ctx.image(image_index).copy()]
+            )
+
+    async def scenario() -> None:
+        async with Toolshed([ToolDeployment(tool=Picture, backend="inprocess")]) as shed:
+            session = shed.open_session([IMAGE, IMAGE[::-1].copy()], [{"note": "a"}, None])
+            first = await session.call("picture.copy", {"image_index": 1})
+            assert first.text == "sent [1] of 2" and first.image_indices == [2]
+            second = await session.call("picture.copy", {"image_index": 2})
+            assert second.text == "sent [2] of 3" and second.image_indices == [3]
+            assert len(session.images) == 4 and session.attachments == [{"note": "a"}, {}, {}, {}]
+            np.testing.assert_array_equal(session.images[3], IMAGE[::-1])
+
+    run(scenario())

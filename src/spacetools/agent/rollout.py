@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from spacetools.tools.definition import ToolResult
-    from spacetools.toolshed import Session, Toolshed
+    from spacetools.toolshed import ToolProvider, ToolSession
 
 DEFAULT_MAX_TURNS = 8
 DEFAULT_MAX_TOOL_CALLS_PER_TURN = 16
@@ -55,7 +55,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _timed_call(session: Session, call: ToolCall) -> tuple[ToolResult, float]:
+async def _timed_call(session: ToolSession, call: ToolCall) -> tuple[ToolResult, float]:
     """One call of a turn (the turn's calls are gathered, so they run in parallel) and its latency."""
     started = time.perf_counter()
     result = await session.call(call.name, call.arguments)
@@ -76,7 +76,7 @@ class _Episode:
 
     async def run_tools(
         self,
-        session: Session,
+        session: ToolSession,
         state: EpisodeState,
         calls: list[ToolCall],
         errors: list[ParseError],
@@ -87,8 +87,11 @@ class _Episode:
         timed = await asyncio.gather(*(_timed_call(session, call) for call in calls))
         self.tools_s += time.perf_counter() - started
         responses: dict[int, dict[str, Any]] = {}
+        kept: list[tuple[int, np.ndarray]] = []
         for call, (result, latency_s) in zip(calls, timed, strict=True):
-            indices = [self._add_image(session, state, image) for image in result.images]
+            pictures = self._keep_images(session, result)
+            kept.extend(pictures)
+            indices = [index for index, _ in pictures]
             shown = indices if self.show_tool_images else []
             responses[call.index] = tool_message(result, max_chars, image_indices=shown)
             self.records.append(
@@ -98,26 +101,38 @@ class _Episode:
                     result_text=result.text,
                     is_error=result.is_error,
                     variables=sorted(result.variables),
+                    value=result.value,
                     latency_s=latency_s,
                     turn=state.turn,
                     image_indices=indices,
                 )
             )
+        self._append_images(state, kept)
         for error in errors:
             self.parse_errors[error.kind] += 1
             responses[error.index] = tool_message(error.message, max_chars)
         state.messages.extend(responses[index] for index in sorted(responses))
 
-    def _add_image(self, session: Session, state: EpisodeState, image: np.ndarray) -> int:
-        """Give a tool's image the next conversation index, in the session and in the episode alike."""
-        index = session.add_image(image)
-        if index != len(state.images):
-            raise RuntimeError(
-                f"the session gave image index {index}, the episode expected {len(state.images)}"
-            )
-        state.images.append(image)
-        self.tool_images.append(image)
-        return index
+    def _keep_images(self, session: ToolSession, result: ToolResult) -> list[tuple[int, np.ndarray]]:
+        """The conversation indices of a tool's pictures, with the pictures.
+
+        The session stored them where they were made (`result.image_indices`); a provider that does
+        not is given them here.
+        """
+        indices = list(result.image_indices)
+        if len(indices) != len(result.images):
+            indices = [session.add_image(image) for image in result.images]
+        return list(zip(indices, result.images, strict=True))
+
+    def _append_images(self, state: EpisodeState, kept: list[tuple[int, np.ndarray]]) -> None:
+        """Add a turn's tool pictures to the episode in index order (parallel calls finish in any order)."""
+        for index, image in sorted(kept, key=lambda pair: pair[0]):
+            if index != len(state.images):
+                raise RuntimeError(
+                    f"the session gave image index {index}, the episode expected {len(state.images)}"
+                )
+            state.images.append(image)
+            self.tool_images.append(image)
 
     def stats(self, turns: int) -> dict[str, Any]:
         """The statistics block of the trajectory."""
@@ -139,7 +154,7 @@ class _Episode:
 
 async def run_episode(
     policy: Policy,
-    toolshed: Toolshed,
+    toolshed: ToolProvider,
     task: Task,
     *,
     max_turns: int = DEFAULT_MAX_TURNS,
@@ -184,12 +199,20 @@ async def run_episode(
         {"role": "system", "content": build_system_prompt(specs, system_prompt)},
         build_user_message(task.question, len(task.images)),
     ]
-    state = EpisodeState(task=task, messages=messages, images=list(task.images), turn=0, tool_specs=specs)
     episode = _Episode(show_tool_images)
+    state = EpisodeState(
+        task=task,
+        messages=messages,
+        images=list(task.images),
+        turn=0,
+        tool_specs=specs,
+        tool_calls=episode.records,
+    )
     answer: str | None = None
     finish_reason = "max_turns"
     error: str | None = None
-    session = toolshed.open_session(list(task.images), list(task.scenes), seed=seed)
+    attachments = [{"scene": scene} if scene is not None else {} for scene in task.scenes]
+    session = toolshed.open_session(list(task.images), attachments, seed=seed)
     try:
         while state.turn < max_turns:
             policy_started = time.perf_counter()
@@ -263,7 +286,7 @@ async def run_episode(
 
 async def run_episodes(
     policy: Policy,
-    toolshed: Toolshed,
+    toolshed: ToolProvider,
     tasks: Sequence[Task],
     *,
     concurrency: int = DEFAULT_CONCURRENCY,

@@ -70,6 +70,7 @@ class EpisodeState:
     ``messages`` is an OpenAI-style chat whose image parts are ``{"type": "image", "index": i}``;
     ``i`` addresses ``images`` (the task's images first, then those added by tools), which is also
     what a tool's ``image_index`` argument means. ``turn`` counts the assistant turns already taken.
+    ``tool_calls`` are the calls run so far, with their structured results (``value``).
     """
 
     task: Task
@@ -77,6 +78,7 @@ class EpisodeState:
     images: list[np.ndarray]
     turn: int
     tool_specs: list[ToolSpec]
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
 
 
 @runtime_checkable
@@ -106,6 +108,8 @@ class ToolCallRecord:
     latency_s: float
     turn: int
     image_indices: list[int] = field(default_factory=list)
+    value: Any = None
+    """The tool's structured result (`ToolResult.value`), JSON-able."""
 
 
 def assistant_text(messages: Iterable[dict[str, Any]]) -> str:

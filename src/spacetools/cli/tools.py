@@ -107,7 +107,8 @@ def _read_calls(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def _load_scene(scene: str) -> tuple[np.ndarray, str]:
     """The rendered image and scene spec JSON of a scene directory or an integer seed."""
-    from spacetools.sim.world import build_scene, load_scene
+    from spacetools.sim.layout import build_scene
+    from spacetools.sim.world import load_scene
 
     try:
         if scene.lstrip("-").isdigit():
@@ -150,7 +151,7 @@ async def _run_calls(
     from spacetools.toolshed import Toolshed
 
     async with Toolshed(deployments, profile=profile, seed=seed) as shed:
-        session = shed.open_session([image], [spec_json])
+        session = shed.open_session([image], [{"scene": spec_json}])
         results = []
         for name, arguments in calls:
             result = await session.call(name, arguments)
@@ -160,6 +161,7 @@ async def _run_calls(
                     "text": result.text,
                     "is_error": result.is_error,
                     "variables": sorted(result.variables),
+                    "value": result.value,
                 }
             )
         session.close()

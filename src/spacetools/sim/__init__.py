@@ -3,8 +3,9 @@
 from spacetools.sim.camera import Camera
 from spacetools.sim.gripper import FINGER_LENGTH, GRIPPER_MAX_WIDTH, gripper_points
 from spacetools.sim.groundtruth import ObjectTruth
+from spacetools.sim.layout import build_scene
 from spacetools.sim.scene import ObjectSpec, SceneSpec
-from spacetools.sim.world import Scene, View, build_scene, load_scene
+from spacetools.sim.world import Scene, View, load_scene
 
 __all__ = [
     "FINGER_LENGTH",

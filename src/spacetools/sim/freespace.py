@@ -126,3 +126,23 @@ def placement(obs: Observation, item: int, anchor: int, side: str) -> np.ndarray
     best = int(np.lexsort((np.abs(offsets[:, 1]), offsets[:, 0]))[0])
     x, y = shapely.centroid(shapes[best]).coords[0]
     return np.array([x, y, obs.table_height])
+
+
+def best_placement(obs: Observation, item: int, anchor: int, side: str) -> np.ndarray:
+    """World ``(x, y, z)`` of the best spot for `item` beside `anchor` on `side`, whether it fits or not.
+
+    `placement` when the item fits; otherwise the candidate that overlaps the other objects and
+    overhangs the table least (then the closest one), as a pointing model that is asked for a spot
+    always answers one.
+    """
+    found = placement(obs, item, anchor, side)
+    if found is not None:
+        return found
+    candidates, offsets = _candidates(obs, item, anchor, side)
+    blocked = obs.obstacles(exclude=(item,))
+    conflict = shapely.area(shapely.intersection(candidates, blocked)) + shapely.area(
+        shapely.difference(candidates, obs.table)
+    )
+    best = int(np.lexsort((np.abs(offsets[:, 1]), offsets[:, 0], np.round(conflict, 6)))[0])
+    x, y = shapely.centroid(candidates[best]).coords[0]
+    return np.array([x, y, obs.table_height])

@@ -267,9 +267,9 @@ class BoundingBoxTool(Tool):
             focal_length_px: Camera focal length in pixels (square pixels), e.g. "$focal_length_px".
         """
         cloud = as_point_cloud(point_cloud)
-        mask_array = as_mask(mask)
-        focal = as_focal_length(focal_length_px)
+        mask_array = as_mask(mask, ctx.image_sizes)
         height, width = mask_array.shape
+        focal = as_focal_length(focal_length_px, (height, width))
         selected = mask_selection(cloud, mask_array, focal)
         if not selected.any():
             raise ToolError(
@@ -278,19 +278,32 @@ class BoundingBoxTool(Tool):
         scene = cloud[~selected]
         scene = scene[np.all(np.isfinite(scene), axis=1)]
         box = fit_oriented_box(cloud[selected], scene)
+        if not (np.all(np.isfinite(box.corners)) and np.isfinite(box.volume)):
+            raise ToolError("the box fit gave non-finite corners; check the point cloud and mask")
         if np.any(box.corners[:, 2] <= 0):
             raise ToolError("the fitted box reaches behind the camera; check the point cloud and mask")
         corners_2d = project_to_normalized(box.corners, focal, width, height)
+        # The original prints the first two lines with no separator between them.
         text = (
-            f"Oriented bounding box computed from {int(selected.sum())}/{len(cloud)} points.\n"
+            f"Oriented bounding box computed from {int(selected.sum())}/{len(cloud)} points."
             f"Corners in 3D: {_format_nested(box.corners)}\n"
             f"Corners in normalized image coordinates: {_format_nested(corners_2d)}\n"
             f"Edges: {BOX_EDGES}\n"
             f"Extent: {np.round(box.extent, 3).tolist()}\n"
-            f"Volume: {box.volume:.6f}"
+            f"Volume: {box.volume:.3f}"
         )
+        value = {
+            "corners_3d": box.corners.astype(float).tolist(),
+            "corners_2d": corners_2d.astype(float).tolist(),
+            "edges": [list(edge) for edge in BOX_EDGES],
+            "extent": box.extent.astype(float).tolist(),
+            "volume": float(box.volume),
+            "points_used": int(selected.sum()),
+            "points_total": len(cloud),
+        }
         return ToolResult(
             text=text,
+            value=value,
             variables={
                 "obb_corners_3d": box.corners,
                 "obb_corners_2d": corners_2d,

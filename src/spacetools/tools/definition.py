@@ -56,12 +56,20 @@ class ToolArgumentError(ToolError):
 
 @dataclass
 class ToolResult:
-    """What a tool call gives back: text for the model, pictures for reports, variables for the server."""
+    """What a tool call gives back: text for the model, a structured value for code, pictures, variables.
+
+    ``text`` is the model's protocol (byte-compatible with the original tools); ``value`` is the same
+    result as JSON-able data (dicts, lists, floats, strings; no numpy) that the expert and the report
+    read instead of parsing the text. ``image_indices`` are the conversation indices the session gave
+    ``images`` when it stored them (filled by the Toolshed, not by tools).
+    """
 
     text: str
     images: list[np.ndarray] = field(default_factory=list)
     variables: dict[str, Any] = field(default_factory=dict)
     is_error: bool = False
+    value: Any = None
+    image_indices: list[int] = field(default_factory=list)
 
     @classmethod
     def error(cls, message: str) -> ToolResult:
@@ -71,13 +79,18 @@ class ToolResult:
 
 @dataclass
 class ToolContext:
-    """Per-call context injected into a tool method's keyword-only `ctx` parameter."""
+    """Per-call context injected into a tool method's keyword-only `ctx` parameter.
+
+    A call receives only the images its arguments reference (its `image_index` arguments), the size
+    of every image of the conversation, and one attachment dict per image: per-image metadata the
+    caller supplied (e.g. a simulated scene under ``"scene"``) that the Toolshed passes through unread.
+    """
 
     session_id: str
-    images: list[np.ndarray]
-    scenes: list[str | None]
+    images: dict[int, np.ndarray]
+    image_sizes: list[tuple[int, int]]
+    attachments: list[dict[str, Any]]
     rng: np.random.Generator
-    profile: str = "exact"
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickling a Generator re-seeds a bit generator from the OS (~0.1 ms per call sent to a worker);
@@ -97,26 +110,37 @@ class ToolContext:
             rng = np.random.Generator(bit_generator)
         self.__dict__.update(state, rng=rng)
 
+    @property
+    def image_count(self) -> int:
+        """How many images the conversation has."""
+        return len(self.image_sizes)
+
     def image(self, index: int) -> np.ndarray:
-        """The conversation's image at `index` (0-based); a `ToolError` when there is none."""
+        """The conversation's image at `index` (0-based); a `ToolError` when there is none.
+
+        Only images named by the call's `image_index` arguments are sent with a call.
+        """
         self._check_index(index)
+        if index not in self.images:
+            raise ToolError(f"image {index} was not sent with this call (pass it as image_index)")
         return self.images[index]
 
-    def scene_spec(self, index: int) -> str:
-        """The scene spec JSON attached to image `index`; a `ToolError` when it has no simulated scene."""
+    def image_size(self, index: int) -> tuple[int, int]:
+        """``(height, width)`` of the conversation's image at `index`."""
         self._check_index(index)
-        scene = self.scenes[index] if index < len(self.scenes) else None
-        if scene is None:
-            raise ToolError(
-                f"image {index} has no simulated scene: simulated tools need a SpatialSim sample or scene"
-            )
-        return scene
+        return self.image_sizes[index]
+
+    def attachment(self, index: int) -> dict[str, Any]:
+        """The metadata attached to image `index` (an empty dict when none was attached)."""
+        self._check_index(index)
+        return self.attachments[index] if index < len(self.attachments) else {}
 
     def _check_index(self, index: int) -> None:
-        if not 0 <= index < len(self.images):
-            available = f"0..{len(self.images) - 1}" if self.images else "none"
+        if not 0 <= index < self.image_count:
+            count = self.image_count
+            available = f"0..{count - 1}" if count else "none"
             raise ToolError(
-                f"image_index {index} is out of range: the conversation has {len(self.images)} "
+                f"image_index {index} is out of range: the conversation has {count} "
                 f"image(s) (valid indices: {available})"
             )
 
@@ -146,9 +170,16 @@ class Tool:
     """
 
     name: ClassVar[str]
+    config_keys: ClassVar[frozenset[str]] = frozenset()
+    """Deployment settings the tool understands (e.g. ``"profile"`` for the simulated tools)."""
 
     def __init__(self, **config: Any) -> None:
+        self.check_config(config)
         self.config = config
+
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> None:
+        """Raise a `ValueError` naming what is wrong with a deployment's settings (default: accept all)."""
 
     def setup(self) -> None:
         """Load weights, build scenes, etc.; runs once per instance before its first call."""
@@ -179,6 +210,12 @@ class ToolMethod:
     spec: ToolSpec
     arguments_model: type[BaseModel]
     wants_context: bool
+    image_parameters: tuple[str, ...] = ()
+    """Arguments that name a conversation image (``image_index``, ``*_image_index``)."""
+
+    def referenced_images(self, kwargs: Mapping[str, Any]) -> list[int]:
+        """The image indices a validated call refers to (the only images sent with it)."""
+        return sorted({kwargs[p] for p in self.image_parameters if isinstance(kwargs.get(p), int)})
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments, or a `ToolArgumentError` naming each bad argument."""
@@ -324,7 +361,12 @@ def _build_tool_method(name: str, attribute: str, fn: Callable[..., Any]) -> Too
         __config__=ConfigDict(strict=True, extra="forbid", arbitrary_types_allowed=True),
         **fields,
     )
-    return ToolMethod(name, attribute, ToolSpec(name, description, parameters), model, wants_context)
+    image_parameters = tuple(
+        param for param in properties if param == "image_index" or param.endswith("_image_index")
+    )
+    return ToolMethod(
+        name, attribute, ToolSpec(name, description, parameters), model, wants_context, image_parameters
+    )
 
 
 def _is_array(hint: Any) -> bool:

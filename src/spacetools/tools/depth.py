@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from spacetools.tools.definition import ToolContext, ToolResult, tool_method
+from spacetools.tools.definition import ToolContext, ToolError, ToolResult, tool_method
 from spacetools.tools.overlays import colorize_depth
 from spacetools.tools.projection import depth_to_point_cloud
 from spacetools.tools.realism import maybe_fail, perturb_depth, perturb_focal_length
@@ -26,11 +26,25 @@ class DepthEstimatorTool(SimulatedTool):
     def _estimate(self, ctx: ToolContext, image_index: int) -> tuple[np.ndarray, float]:
         """The (perturbed) depth map and focal length of an image."""
         observation = self.observe(ctx, image_index)
-        profile = self.profile(ctx)
+        profile = self.profile
         maybe_fail(profile, ctx.rng, "depth model")
         depth = perturb_depth(observation.view.depth, profile, ctx.rng)
         focal = perturb_focal_length(float(observation.view.camera.fx), profile, ctx.rng)
+        if not (np.all(np.isfinite(depth)) and np.isfinite(focal)):
+            raise ToolError("the depth estimate is not finite; retry the call")
         return depth, focal
+
+    @staticmethod
+    def _summary(depth: np.ndarray, focal: float) -> dict[str, float | int]:
+        height, width = depth.shape
+        return {
+            "width": width,
+            "height": height,
+            "focal_length_px": float(focal),
+            "depth_min": float(depth.min()),
+            "depth_max": float(depth.max()),
+            "depth_mean": float(depth.mean()),
+        }
 
     @tool_method
     def estimate_depth(self, image_index: int, *, ctx: ToolContext) -> ToolResult:
@@ -52,6 +66,7 @@ class DepthEstimatorTool(SimulatedTool):
         )
         return ToolResult(
             text=text,
+            value=self._summary(depth, focal),
             images=[colorize_depth(depth)],
             variables={"depth_map": depth, "focal_length_px": focal},
         )
@@ -77,8 +92,16 @@ class DepthEstimatorTool(SimulatedTool):
             f"Use $depth_map (numpy array, {height}x{width}), $point_cloud (numpy array, {len(cloud)}x3) "
             f"and $focal_length_px (float) to reference the results."
         )
+        value = {
+            **self._summary(depth, focal),
+            "points": len(cloud),
+            "cloud_depth_min": float(z.min()),
+            "cloud_depth_max": float(z.max()),
+            "cloud_depth_mean": float(z.mean()),
+        }
         return ToolResult(
             text=text,
+            value=value,
             images=[colorize_depth(depth)],
             variables={"depth_map": depth, "point_cloud": cloud, "focal_length_px": focal},
         )

@@ -253,9 +253,9 @@ class GraspGeneratorTool(Tool):
         """
         cloud = as_point_cloud(point_cloud)
         mask_array = as_mask(mask)
-        focal = as_focal_length(focal_length_px)
-        image = ctx.image(image_index)
         height, width = mask_array.shape
+        focal = as_focal_length(focal_length_px, (height, width))
+        image = ctx.image(image_index)
         if image.shape[:2] != (height, width):
             raise ToolError(
                 f"mask shape {mask_array.shape} does not match image {image_index} "
@@ -283,8 +283,21 @@ class GraspGeneratorTool(Tool):
             f"Filtered {search.sampled} → {search.collision_free} collision-free grasps. "
             f"Projected 2D gripper points: {format_points(points_2d)}"
         )
+        if not (np.all(np.isfinite(best.pose)) and np.all(np.isfinite(points_2d))):
+            raise ToolError("the grasp search gave a non-finite pose; check the point cloud and mask")
+        value = {
+            "confidence": float(best.confidence),
+            "points_2d": points_2d.astype(float).tolist(),
+            "labels": ["center", "left finger base", "right finger base", "left tip", "right tip"],
+            "masked_points": int(selected.sum()),
+            "total_points": len(cloud),
+            "sampled": int(search.sampled),
+            "collision_free": int(search.collision_free),
+            "pose": best.pose.astype(float).tolist(),
+        }
         return ToolResult(
             text=text,
+            value=value,
             images=[draw_gripper(image, points_2d)],
             variables={"grasp_pose": best.pose},
         )

@@ -3,9 +3,13 @@
 Both resolve the expression against the scene behind the image (`referring`) and answer with points
 inside the target, as normalized (x, y). RoboRefer understands relations and free space ("the mug
 left of the tray", "vacant space in front of the box") and placements ("free space left of the tray
-where the mug can be placed": the centre of a spot where the mug fits, or nothing when it does not);
-the generic VLM (Molmo in the paper) only matches object words, ignoring relations. The realism
-profile adds jitter, misses on ambiguous expressions, guesses on unknown names and failed calls.
+where the mug can be placed": the centre of the best spot it finds, as the real model always answers
+a point; whether the mug fits there is for the caller to measure); the generic VLM (Molmo in the
+paper) only matches object words, ignoring relations. The realism profile adds jitter, misses on
+ambiguous expressions, guesses on unknown names and failed calls.
+
+The texts are the original's: RoboRefer prints the points rounded to 3 decimals and stores nothing;
+the VLM prints unrounded floats and stores ``$<obj_name>_detections``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import numpy as np
 from spacetools.sim.observation import Observation
 from spacetools.tools.definition import ToolContext, ToolResult, tool_method
 from spacetools.tools.overlays import draw_points
-from spacetools.tools.projection import format_points
 from spacetools.tools.realism import Profile, maybe_fail, perturb_point
 from spacetools.tools.referring import (
     best_partial_match,
@@ -33,10 +36,16 @@ MAX_FREE_SPACE_POINTS = 5
 """`detect_all` on free space returns up to this many points spread over the region."""
 
 
-def detection_variable(obj_name: str, all_instances: bool) -> str:
-    """``<obj_name>_detection`` / ``_detections`` with spaces (and other non-word characters) as ``_``."""
+def detection_variable(obj_name: str) -> str:
+    """``<obj_name>_detections`` (for one or all instances) with spaces and other non-word characters as ``_``."""
     stem = re.sub(r"\W+", "_", obj_name.strip()).strip("_") or "object"
-    return f"{stem}_detections" if all_instances else f"{stem}_detection"
+    return f"{stem}_detections"
+
+
+def format_detections(points: np.ndarray, decimals: int | None) -> str:
+    """``[(0.381, 0.428), …]``: Python float reprs, rounded to `decimals` (None: unrounded)."""
+    rows = [tuple(float(c) if decimals is None else round(float(c), decimals) for c in p) for p in points]
+    return str(rows)
 
 
 def point_at(
@@ -74,28 +83,35 @@ class PointingTool(SimulatedTool):
 
     understands_relations: ClassVar[bool] = True
     model: ClassVar[str] = "pointing model"
+    stores_detections: ClassVar[bool] = False
+    """Whether results are stored as ``$<obj_name>_detections`` (and the text says so)."""
+    decimals: ClassVar[int | None] = 3
+    """Rounding of the printed points (None: full float reprs)."""
 
     def _detect(self, obj_name: str, image_index: int, ctx: ToolContext, all_instances: bool) -> ToolResult:
         observation = self.observe(ctx, image_index)
-        profile = self.profile(ctx)
-        maybe_fail(profile, ctx.rng, self.model)
-        points = point_at(observation, obj_name, all_instances, profile, ctx.rng, self.understands_relations)
-        text = f"Detected {len(points)} instance(s) of '{obj_name}': {format_points(points)}"
-        if not len(points):
-            return ToolResult(text=text)
-        variable = detection_variable(obj_name, all_instances)
-        return ToolResult(
-            text=f"{text} Use ${variable} to reference them.",
-            images=[draw_points(ctx.image(image_index), points)],
-            variables={variable: points},
+        maybe_fail(self.profile, ctx.rng, self.model)
+        points = point_at(
+            observation, obj_name, all_instances, self.profile, ctx.rng, self.understands_relations
         )
+        text = (
+            f"Detected {len(points)} instance(s) of '{obj_name}': {format_detections(points, self.decimals)}"
+        )
+        value = {"points": [[float(x), float(y)] for x, y in points]}
+        if not len(points):
+            return ToolResult(text=text, value=value)
+        result = ToolResult(text=text, value=value, images=[draw_points(ctx.image(image_index), points)])
+        if self.stores_detections:
+            variable = detection_variable(obj_name)
+            result.text += f" Use ${variable} to reference them."
+            result.variables[variable] = points
+        return result
 
     @tool_method
     def detect_one(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
         """Point to one instance of an object (or place) described in words.
 
-        Text output: one (x, y) point in normalized image coordinates [0, 1]. Stored variables:
-        $<obj_name>_detection (1x2 array; spaces in the name become underscores).
+        Text output: one (x, y) point in normalized image coordinates [0, 1].
 
         Args:
             obj_name: Name or description of the object or place, e.g. "red mug" or "the mug left of the tray".
@@ -107,8 +123,7 @@ class PointingTool(SimulatedTool):
     def detect_all(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
         """Point to every instance of an object (or spots of a place) described in words.
 
-        Text output: a list of (x, y) points in normalized image coordinates [0, 1]. Stored variables:
-        $<obj_name>_detections (Nx2 array; spaces in the name become underscores).
+        Text output: a list of (x, y) points in normalized image coordinates [0, 1].
 
         Args:
             obj_name: Name or description of the objects or place, e.g. "box" or "free space behind the mug".
@@ -131,3 +146,31 @@ class VLMPointingTool(PointingTool):
     name: ClassVar[str] = "vlm"
     understands_relations: ClassVar[bool] = False
     model: ClassVar[str] = "VLM"
+    stores_detections: ClassVar[bool] = True
+    decimals: ClassVar[int | None] = None
+
+    @tool_method
+    def detect_one(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
+        """Point to one instance of an object described in words.
+
+        Text output: one (x, y) point in normalized image coordinates [0, 1]. Stored variables:
+        $<obj_name>_detections (1x2 array; spaces in the name become underscores).
+
+        Args:
+            obj_name: Name or description of the object, e.g. "red mug".
+            image_index: Index of the image to look at (0 for the first image).
+        """
+        return self._detect(obj_name, image_index, ctx, all_instances=False)
+
+    @tool_method
+    def detect_all(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
+        """Point to every instance of an object described in words.
+
+        Text output: a list of (x, y) points in normalized image coordinates [0, 1]. Stored variables:
+        $<obj_name>_detections (Nx2 array; spaces in the name become underscores).
+
+        Args:
+            obj_name: Name or description of the objects, e.g. "box".
+            image_index: Index of the image to look at (0 for the first image).
+        """
+        return self._detect(obj_name, image_index, ctx, all_instances=True)

@@ -9,6 +9,7 @@ itself (projection, pixel rays, back-projection) is the simulator's camera, not 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -71,22 +72,58 @@ def as_point_cloud(value: object) -> np.ndarray:
     return cloud
 
 
-def as_mask(value: object) -> np.ndarray:
-    """Validate a mask argument: a 2D boolean (or 0/1) array."""
+def as_mask(value: object, image_sizes: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+    """Validate a mask argument: a 2D boolean (or 0/1 integer) array of an image's size.
+
+    A float array (a depth map, say) is refused with its value range, so the model sees what it sent;
+    with `image_sizes` the mask must be as large as one of the conversation's images.
+    """
     mask = np.asarray(value)
     if mask.ndim != 2:
         raise ToolError(f"mask must be an (H, W) boolean array, got shape {mask.shape}")
+    if mask.dtype != bool:
+        binary = mask.dtype.kind in "iu" and mask.size and bool(np.all((mask == 0) | (mask == 1)))
+        if not binary:
+            described = f"{mask.dtype} values"
+            if mask.size and mask.dtype.kind in "iuf":
+                finite = mask[np.isfinite(mask)] if mask.dtype.kind == "f" else mask
+                if finite.size:
+                    described += f" from {float(finite.min()):.3g} to {float(finite.max()):.3g}"
+            raise ToolError(
+                f"mask must be a boolean (H, W) array such as $segmentation_mask, got {described} "
+                "(a depth map or an image is not a mask)"
+            )
+    if image_sizes is not None and tuple(mask.shape) not in {tuple(size) for size in image_sizes}:
+        sizes = ", ".join(f"{h}x{w}" for h, w in dict.fromkeys(tuple(size) for size in image_sizes))
+        raise ToolError(
+            f"mask is {mask.shape[0]}x{mask.shape[1]} but the conversation's images are {sizes or 'none'}"
+        )
     return mask.astype(bool)
 
 
-def as_focal_length(value: object) -> float:
-    """Validate a focal length argument: a positive number of pixels."""
+MIN_FOCAL_PX = 1.0
+MAX_FOCAL_PX = 1e6
+FOCAL_RANGE_PER_SIDE = (0.1, 100.0)
+"""A plausible focal length, as a multiple of the image's longer side (fields of view ~0.6° to 157°)."""
+
+
+def as_focal_length(value: object, size: tuple[int, int] | None = None) -> float:
+    """Validate a focal length argument: a finite, plausible number of pixels (for an image `size` (H, W))."""
     try:
         focal = float(np.asarray(value, dtype=np.float64).reshape(()))
     except (TypeError, ValueError) as exc:
         raise ToolError(f"focal_length_px must be a number, got {value!r}") from exc
     if not np.isfinite(focal) or focal <= 0:
-        raise ToolError(f"focal_length_px must be positive, got {focal}")
+        raise ToolError(f"focal_length_px must be a positive finite number, got {focal}")
+    low, high = MIN_FOCAL_PX, MAX_FOCAL_PX
+    if size is not None:
+        side = max(size)
+        low, high = FOCAL_RANGE_PER_SIDE[0] * side, FOCAL_RANGE_PER_SIDE[1] * side
+    if not low <= focal <= high:
+        raise ToolError(
+            f"focal_length_px {focal:g} is not plausible (expected {low:g} to {high:g} px); "
+            "pass $focal_length_px from the depth estimator"
+        )
     return focal
 
 

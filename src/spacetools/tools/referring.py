@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from spacetools.sim.freespace import free_table, placement, vacant_region, vacant_ring
+from spacetools.sim.freespace import best_placement, free_table, placement, vacant_region, vacant_ring
 from spacetools.sim.observation import SIDES, Observation
 
 RELATIONS = (*SIDES, "near")
@@ -189,7 +189,7 @@ class Resolution:
     objects: tuple[int, ...] = ()
     region: np.ndarray | None = None
     points: np.ndarray | None = None
-    """Normalized ``(N, 2)`` points of an object's placement (``N = 0`` when it does not fit)."""
+    """Normalized ``(1, 2)`` point of the best spot found for an object's placement."""
     matched: bool = True
     """False when no object (or no anchor) matched the words: a model would be guessing."""
 
@@ -329,15 +329,17 @@ def free_space_region(obs: Observation, side: str | None, anchor: int | None) ->
 
 
 def placement_points(obs: Observation, item: int, anchor: int, side: str | None) -> np.ndarray:
-    """Normalized ``(N, 2)`` image point of ``item``'s placement beside ``anchor`` (N = 0: it does not fit).
+    """Normalized ``(1, 2)`` image point of the best spot for ``item`` beside ``anchor``.
 
-    Without a side ("next to the box") the sides are tried in `SIDES` order.
+    Always a point, fitting or not: a real pointing model answers a spot, never "it does not fit".
+    Without a side ("next to the box") the first side in `SIDES` order where it fits, else the first.
     """
-    for candidate_side in SIDES if side is None else (side,):
+    sides = SIDES if side is None else (side,)
+    for candidate_side in sides:
         centre = placement(obs, item, anchor, candidate_side)
         if centre is not None:
             return obs.project(centre)[None]
-    return np.zeros((0, 2))
+    return obs.project(best_placement(obs, item, anchor, sides[0]))[None]
 
 
 def _first_match(obs: Observation, descriptor: Descriptor, exclude: int | None = None) -> int | None:

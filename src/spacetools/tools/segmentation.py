@@ -56,7 +56,7 @@ class Sam2Tool(SimulatedTool):
 
     def _segment(self, ctx: ToolContext, image_index: int, points: np.ndarray) -> tuple[np.ndarray, float]:
         observation = self.observe(ctx, image_index)
-        profile = self.profile(ctx)
+        profile = self.profile
         maybe_fail(profile, ctx.rng, "SAM2")
         truth, is_object = segment_at(observation, points)
         mask = perturb_mask(truth, observation.view.segmentation, profile, ctx.rng)
@@ -64,11 +64,24 @@ class Sam2Tool(SimulatedTool):
         return mask, score
 
     def _result(
-        self, ctx: ToolContext, image_index: int, mask: np.ndarray, points: np.ndarray, text: str
+        self,
+        ctx: ToolContext,
+        image_index: int,
+        mask: np.ndarray,
+        points: np.ndarray,
+        score: float,
+        text: str,
     ) -> ToolResult:
         height, width = mask.shape
         return ToolResult(
             text=f"{text} Use $segmentation_mask (boolean array, {height}x{width}) to reference it.",
+            value={
+                "iou": float(score),
+                "point": [float(points[0][0]), float(points[0][1])],
+                "points": [[float(x), float(y)] for x, y in points],
+                "shape": [height, width],
+                "area": int(mask.sum()),
+            },
             images=[draw_mask(ctx.image(image_index), mask, points)],
             variables={"segmentation_mask": mask},
         )
@@ -88,7 +101,7 @@ class Sam2Tool(SimulatedTool):
         points = as_normalized_points([x, y])
         mask, score = self._segment(ctx, image_index, points)
         text = f"Segmented object at normalized coords ({x:.3f}, {y:.3f}) with IoU score: {score:.3f}."
-        return self._result(ctx, image_index, mask, points, text)
+        return self._result(ctx, image_index, mask, points, score, text)
 
     @tool_method
     def segment_from_points(
@@ -107,4 +120,4 @@ class Sam2Tool(SimulatedTool):
         prompts = as_normalized_points(points)
         mask, score = self._segment(ctx, image_index, prompts)
         text = f"Segmented object using {len(prompts)} normalized points with best IoU score: {score:.3f}."
-        return self._result(ctx, image_index, mask, prompts, text)
+        return self._result(ctx, image_index, mask, prompts, score, text)

@@ -1,6 +1,8 @@
 """The simulated world behind an image: rebuild the scene of `image_index` and render what it shows.
 
-A conversation image from SpatialSim carries its scene spec JSON; simulated perception tools rebuild
+A conversation image from SpatialSim carries its scene spec JSON in its attachment (``"scene"``), and
+the realism profile is a setting of the tools' deployment (``config["profile"]``, default ``exact``).
+Simulated perception tools rebuild
 that scene in pybullet, render it at the image's size and read the truth from the render. Building
 and rendering costs about half a second, so each tool instance keeps a small LRU cache of
 observations keyed by the spec's hash and the image size.
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
@@ -64,23 +68,38 @@ def render_observation(spec: SceneSpec, width: int, height: int) -> Observation:
         return Observation.from_scene(scene, camera)
 
 
+def scene_of(ctx: ToolContext, image_index: int) -> str:
+    """The scene spec JSON attached to an image; a `ToolError` when it has no simulated scene."""
+    scene = ctx.attachment(image_index).get("scene")
+    if not isinstance(scene, str):
+        raise ToolError(
+            f"image {image_index} has no simulated scene: simulated tools need a SpatialSim sample or scene"
+        )
+    return scene
+
+
 class SimulatedTool(Tool):
     """Base of the perception tools backed by the simulated world (pointing, segmentation, depth)."""
 
-    def __init__(self, **config: object) -> None:
+    config_keys: ClassVar[frozenset[str]] = frozenset({"profile", "cache_size"})
+
+    def __init__(self, **config: Any) -> None:
         super().__init__(**config)
-        self._scenes = SceneCache(int(config.get("cache_size", DEFAULT_CACHE_SIZE)))  # type: ignore[call-overload]
+        self._scenes = SceneCache(int(config.get("cache_size", DEFAULT_CACHE_SIZE)))
+        self._profile = get_profile(str(config.get("profile", "exact")))
+
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> None:
+        """The profile must be one of `PROFILES` (a `ValueError` lists them)."""
+        get_profile(str(config.get("profile", "exact")))
 
     def observe(self, ctx: ToolContext, image_index: int) -> Observation:
         """The simulated scene behind image ``image_index`` of the conversation."""
-        spec_json = ctx.scene_spec(image_index)
-        height, width = ctx.image(image_index).shape[:2]
+        spec_json = scene_of(ctx, image_index)
+        height, width = ctx.image_size(image_index)
         return self._scenes.observe(spec_json, width, height)
 
-    @staticmethod
-    def profile(ctx: ToolContext) -> Profile:
-        """The realism profile of this call."""
-        try:
-            return get_profile(ctx.profile)
-        except ValueError as exc:
-            raise ToolError(str(exc)) from None
+    @property
+    def profile(self) -> Profile:
+        """The realism profile of this deployment."""
+        return self._profile

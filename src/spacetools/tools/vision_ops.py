@@ -7,7 +7,8 @@ the V1 intrinsics (principal point at the image centre, ``fx = fy = focal_length
 
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -28,8 +29,7 @@ WHITE = 255
 
 def _image_size_of_cloud(ctx: ToolContext, rows: int) -> tuple[int, int]:
     """``(width, height)`` of the conversation image a per-pixel cloud of ``rows`` points came from."""
-    for image in ctx.images:
-        height, width = image.shape[:2]
+    for height, width in ctx.image_sizes:
         if height * width == rows:
             return width, height
     raise ToolError(
@@ -38,15 +38,14 @@ def _image_size_of_cloud(ctx: ToolContext, rows: int) -> tuple[int, int]:
     )
 
 
-def _format_value(value: np.ndarray) -> str:
-    if value.ndim == 0:
-        item = value.item()
-        return f"{item:.4f}" if isinstance(item, float) else str(item)
-    return (
-        str(np.round(value.astype(np.float64), 4).tolist())
-        if value.dtype.kind == "f"
-        else str(value.tolist())
-    )
+def _element_value(value: np.ndarray) -> Any:
+    """The element as plain Python: a float keeps its full repr (a float32 depth prints as the original did)."""
+    item = value.tolist()
+    if isinstance(item, float) or (isinstance(item, list) and any(isinstance(v, float) for v in item)):
+        values = item if isinstance(item, list) else [item]
+        if not all(math.isfinite(v) for v in values):
+            raise ToolError(f"the value there is not a finite number ({item}); try another point")
+    return item
 
 
 class VisionOpsTool(Tool):
@@ -79,7 +78,8 @@ class VisionOpsTool(Tool):
             raise ToolError(
                 f"data must be an (H, W), (H, W, C) or per-pixel (H*W, 3) array, got shape {array.shape}"
             )
-        return ToolResult(text=f"Pixel value at ({u:.3f}, {v:.3f}) is {_format_value(np.asarray(value))}")
+        item = _element_value(np.asarray(value))
+        return ToolResult(text=f"Pixel value at ({u:.3f}, {v:.3f}) is {item}", value=item)
 
     @tool_method
     def mask_crop(self, image_index: int, mask: np.ndarray, *, ctx: ToolContext) -> ToolResult:
@@ -106,7 +106,8 @@ class VisionOpsTool(Tool):
             f"Cropped masked region from ({x0}, {y0}) to ({x1}, {y1}) [size: {x1 - x0}x{y1 - y0}], "
             f"mask coverage: {coverage:.1f}%. Use $masked_crop (RGB image, {x1 - x0}x{y1 - y0}) to reference it."
         )
-        return ToolResult(text=text, images=[crop], variables={"masked_crop": crop})
+        value = {"box": [int(x0), int(y0), int(x1), int(y1)], "coverage": float(coverage)}
+        return ToolResult(text=text, value=value, images=[crop], variables={"masked_crop": crop})
 
     @tool_method
     def point_crop(self, image_index: int, points: str | np.ndarray, *, ctx: ToolContext) -> ToolResult:
@@ -130,7 +131,8 @@ class VisionOpsTool(Tool):
             f"Cropped image from ({x0}, {y0}) to ({x1}, {y1}) [size: {x1 - x0}x{y1 - y0}] to encompass "
             f"{len(pixels)} points. Use $cropped_image (RGB image, {x1 - x0}x{y1 - y0}) to reference it."
         )
-        return ToolResult(text=text, images=[crop], variables={"cropped_image": crop})
+        value = {"box": [int(x0), int(y0), int(x1), int(y1)]}
+        return ToolResult(text=text, value=value, images=[crop], variables={"cropped_image": crop})
 
     @tool_method
     def project_2d_points_to_3d(
@@ -152,33 +154,36 @@ class VisionOpsTool(Tool):
             focal_length_px: Camera focal length in pixels, e.g. "$focal_length_px".
         """
         points = as_normalized_points(points_2d)
-        focal = as_focal_length(focal_length_px)
         values = np.asarray(depth, dtype=np.float64)
         if values.ndim == 2 and values.shape[1] == 3 and values.shape[0] > 3:
             width, height = _image_size_of_cloud(ctx, values.shape[0])
+            as_focal_length(focal_length_px, (height, width))
             indices = [
                 row * width + col for row, col in (pixel_index(u, v, width, height) for u, v in points)
             ]
             points_3d = values[indices]
         elif values.ndim == 2:
             height, width = values.shape
+            focal = as_focal_length(focal_length_px, (height, width))
             pixels = [pixel_index(u, v, width, height) for u, v in points]
             z = np.array([values[row, col] for row, col in pixels])
             points_3d = backproject_normalized(points, z, focal, width, height)
         elif values.ndim == 1 and len(values) == len(points):
-            if not ctx.images:
+            if not ctx.image_count:
                 raise ToolError("per-point depths need an image in the conversation to know its size")
-            height, width = ctx.images[0].shape[:2]
+            height, width = ctx.image_size(0)
+            focal = as_focal_length(focal_length_px, (height, width))
             points_3d = backproject_normalized(points, values, focal, width, height)
         else:
             raise ToolError(
                 f"depth must be an (H, W) depth map, an (H*W, 3) point cloud or {len(points)} depths, "
                 f"got shape {values.shape}"
             )
-        if np.any(points_3d[:, 2] <= 0):
-            raise ToolError("depth must be positive at every point")
+        if not np.all(np.isfinite(points_3d)) or np.any(points_3d[:, 2] <= 0):
+            raise ToolError("depth must be positive and finite at every point")
         text = f"Projected {len(points)} 2D points to 3D camera coordinates (m): {format_points(points_3d)}"
-        return ToolResult(text=text, variables={"projected_3d_points": points_3d})
+        value = {"points": points_3d.astype(float).tolist()}
+        return ToolResult(text=text, value=value, variables={"projected_3d_points": points_3d})
 
     @tool_method
     def project_3d_points_to_2d(
@@ -195,11 +200,12 @@ class VisionOpsTool(Tool):
             height: Image height in pixels.
         """
         points = as_points_3d(points_3d)
-        focal = as_focal_length(focal_length_px)
         if width <= 0 or height <= 0:
             raise ToolError(f"image size must be positive, got {width}x{height}")
+        focal = as_focal_length(focal_length_px, (height, width))
         projected = project_to_normalized(points, focal, width, height)
         text = (
             f"Projected {len(points)} 3D points to normalized image coordinates: {format_points(projected)}"
         )
-        return ToolResult(text=text, variables={"projected_2d_points": projected})
+        value = {"points": projected.astype(float).tolist()}
+        return ToolResult(text=text, value=value, variables={"projected_2d_points": projected})

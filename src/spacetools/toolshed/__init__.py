@@ -1,8 +1,17 @@
 """The Toolshed: serves tools to many conversations through sessions, variables and per-tool routers."""
 
 from spacetools.toolshed.deployment import ToolDeployment
+from spacetools.toolshed.protocol import ToolProvider, ToolSession
 from spacetools.toolshed.router import ToolRouter
 from spacetools.toolshed.session import SessionStore
 from spacetools.toolshed.shed import Session, Toolshed
 
-__all__ = ["Session", "SessionStore", "ToolDeployment", "ToolRouter", "Toolshed"]
+__all__ = [
+    "Session",
+    "SessionStore",
+    "ToolDeployment",
+    "ToolProvider",
+    "ToolRouter",
+    "ToolSession",
+    "Toolshed",
+]

@@ -36,7 +36,7 @@ from spacetools.toolshed.http import (
     decode_image,
     encode_image,
 )
-from spacetools.toolshed.session import check_image, check_session_inputs
+from spacetools.toolshed.session import check_attachment, check_image, check_session_inputs
 
 __all__ = ["RemoteSession", "RemoteToolshed", "RemoteToolshedError"]
 
@@ -57,12 +57,12 @@ class RemoteSession:
         self,
         shed: RemoteToolshed,
         images: list[np.ndarray],
-        scenes: list[str | None],
+        attachments: list[dict[str, Any]],
         seed: int | None,
     ) -> None:
         self._shed = shed
         self._images = images
-        self._scenes = scenes
+        self._attachments = attachments
         self._seed = seed
         self._id: str | None = None
         self._uploaded = 0  # images the server session holds (the first ones of self._images)
@@ -84,11 +84,11 @@ class RemoteSession:
         """True once `close()` was called."""
         return self._closed
 
-    def add_image(self, image: np.ndarray, scene: str | None = None) -> int:
+    def add_image(self, image: np.ndarray, attachment: dict[str, Any] | None = None) -> int:
         """Append an image to the conversation (uploaded before the next call); returns its `image_index`."""
         check_image(image, len(self._images))
         self._images.append(image)
-        self._scenes.append(scene)
+        self._attachments.append(check_attachment(attachment, len(self._images) - 1))
         return len(self._images) - 1
 
     async def open(self) -> str:
@@ -102,15 +102,17 @@ class RemoteSession:
                 uris = await asyncio.gather(
                     *(asyncio.to_thread(encode_image, image) for image in self._images[:count])
                 )
-                body = SessionRequest(images=list(uris), scenes=self._scenes[:count], seed=self._seed)
+                body = SessionRequest(
+                    images=list(uris), attachments=list(self._attachments[:count]), seed=self._seed
+                )
                 response = await client.post("/sessions", json=body.model_dump())
                 _raise_for_status(response)
                 self._id = SessionResponse.model_validate_json(response.content).id
                 self._uploaded = count
             while self._uploaded < len(self._images):
                 uri = await asyncio.to_thread(encode_image, self._images[self._uploaded])
-                body = ImageRequest(image=uri, scene=self._scenes[self._uploaded])
-                response = await client.post(f"/sessions/{self._id}/images", json=body.model_dump())
+                upload = ImageRequest(image=uri, attachment=self._attachments[self._uploaded])
+                response = await client.post(f"/sessions/{self._id}/images", json=upload.model_dump())
                 _raise_for_status(response)
                 index = ImageResponse.model_validate_json(response.content).index
                 if index != self._uploaded:
@@ -134,10 +136,35 @@ class RemoteSession:
                 f"/sessions/{session_id}/calls", params={"images": self._shed.fetch_images}, json=body
             )
             _raise_for_status(response)
-            results = _CALL_RESULTS.validate_json(response.content)
-            return [await _to_tool_result(result) for result in results]
+            results = [await _to_tool_result(r) for r in _CALL_RESULTS.validate_json(response.content)]
         except Exception as exc:  # every failure must reach the model as text, never end the episode
             return [ToolResult.error(_describe(exc)) for _ in calls]
+        self._mirror_tool_images(results)
+        return results
+
+    def _mirror_tool_images(self, results: list[ToolResult]) -> None:
+        """The server session kept the tools' pictures; hold them here at the same indices.
+
+        A turn's calls run in parallel, so their pictures are numbered in the order they finished.
+        """
+        pairs = [
+            pair
+            for result in results
+            if len(result.images) == len(result.image_indices)
+            for pair in zip(result.image_indices, result.images, strict=True)
+        ]
+        pairs.sort(key=lambda pair: pair[0])
+        start = len(self._images)
+        if self._uploaded != start or [index for index, _ in pairs] != list(range(start, start + len(pairs))):
+            for result in results:  # pictures not fetched (or out of step): not mirrored here
+                result.image_indices = []
+            return
+        for result in results:
+            if len(result.images) != len(result.image_indices):
+                result.image_indices = []
+        self._images.extend(image for _, image in pairs)
+        self._attachments.extend({} for _ in pairs)
+        self._uploaded += len(pairs)
 
     def close(self) -> None:
         """Release the session; the server-side release runs in the background."""
@@ -226,12 +253,12 @@ class RemoteToolshed:
     def open_session(
         self,
         images: Sequence[np.ndarray],
-        scenes: Sequence[str | None] | None = None,
+        attachments: Sequence[dict[str, Any] | None] | None = None,
         seed: int | None = None,
     ) -> RemoteSession:
         """A session for one episode, opened on the server by its first call."""
-        images, scenes = check_session_inputs(images, scenes)
-        return RemoteSession(self, images, scenes, seed)
+        images, checked = check_session_inputs(images, attachments)
+        return RemoteSession(self, images, checked, seed)
 
     async def fetch_stats(self) -> dict[str, Any]:
         """The server's live statistics (`Toolshed.stats()` there)."""
@@ -276,6 +303,8 @@ async def _to_tool_result(result: CallResponse) -> ToolResult:
         images=images,
         variables=dict.fromkeys(result.variables),
         is_error=result.is_error,
+        value=result.value,
+        image_indices=list(result.image_indices),
     )
 
 

@@ -41,6 +41,15 @@ class ToolDeployment(BaseModel):
         """The tool class, imported if it was given as a path."""
         return resolve_tool_class(self.tool)
 
+    def with_setting(self, key: str, value: Any) -> ToolDeployment:
+        """This deployment with ``config[key] = value`` if its tool understands `key` (else unchanged)."""
+        tool_class = self.tool_class()
+        if key not in tool_class.config_keys:
+            return self
+        config = {**self.config, key: value}
+        tool_class.check_config(config)
+        return self.model_copy(update={"config": config})
+
     @property
     def name(self) -> str:
         """The tool's name (the part before the dot in its methods' names)."""

@@ -80,8 +80,8 @@ class SessionRequest(BaseModel):
     """`POST /sessions`: open a session for one episode."""
 
     images: list[str] = Field(description="The task's images as PNG or JPEG base64 data URIs.")
-    scenes: list[str | None] | None = Field(
-        default=None, description="The scene spec JSON of each image (None where it has none)."
+    attachments: list[dict[str, Any] | None] | None = Field(
+        default=None, description="Metadata for the tools, one JSON object per image (None: none)."
     )
     seed: int | None = Field(default=None, description="The session seed; enters every call's random seed.")
 
@@ -97,7 +97,7 @@ class ImageRequest(BaseModel):
     """`POST /sessions/{id}/images`: append an image to the conversation."""
 
     image: str = Field(description="A PNG or JPEG base64 data URI.")
-    scene: str | None = Field(default=None, description="The image's scene spec JSON, if simulated.")
+    attachment: dict[str, Any] | None = Field(default=None, description="The image's metadata for the tools.")
 
 
 class ImageResponse(BaseModel):
@@ -123,14 +123,18 @@ class CallResponse(BaseModel):
     text: str
     is_error: bool
     variables: list[str] = Field(description="Names of the variables stored (their values stay here).")
+    value: Any = Field(default=None, description="The structured result (JSON), beside the text.")
     images: list[str] = Field(default_factory=list, description="PNG data URIs; only with ?images=true.")
+    image_indices: list[int] = Field(
+        default_factory=list, description="The conversation indices the session gave the tool's pictures."
+    )
 
 
 class HealthResponse(BaseModel):
     """`GET /health`."""
 
     status: Literal["ok"] = "ok"
-    profile: str
+    profile: str | None
     tool_methods: int
     open_sessions: int
 
@@ -166,7 +170,12 @@ def create_app(toolshed: Toolshed) -> FastAPI:
             [await asyncio.to_thread(encode_image, image) for image in result.images] if with_images else []
         )
         return CallResponse(
-            text=result.text, is_error=result.is_error, variables=sorted(result.variables), images=images
+            text=result.text,
+            is_error=result.is_error,
+            variables=sorted(result.variables),
+            value=result.value,
+            images=images,
+            image_indices=result.image_indices,
         )
 
     @app.get("/health")
@@ -194,7 +203,7 @@ def create_app(toolshed: Toolshed) -> FastAPI:
         """Open a session with the task's images."""
         images = await decode_or_422(request.images)
         try:
-            session = toolshed.open_session(images, request.scenes, seed=request.seed)
+            session = toolshed.open_session(images, request.attachments, seed=request.seed)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
         return SessionResponse(id=session.id, image_count=len(session.images))
@@ -215,7 +224,10 @@ def create_app(toolshed: Toolshed) -> FastAPI:
         """Append an image (e.g. one a tool drew) to the conversation."""
         session = open_session(session_id)
         (image,) = await decode_or_422([request.image])
-        return ImageResponse(index=session.add_image(image, request.scene))
+        try:
+            return ImageResponse(index=session.add_image(image, request.attachment))
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
 
     @app.delete("/sessions/{session_id}", status_code=status.HTTP_204_NO_CONTENT)
     async def close_session(session_id: str) -> Response:

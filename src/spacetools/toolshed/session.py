@@ -1,6 +1,7 @@
 """Per-episode session state and the store that bounds its memory and lifetime.
 
-A session holds the conversation's images and the named variables produced by tool calls. Variable
+A session holds the conversation's images (each with an attachment: caller metadata passed to the
+tools unread) and the named variables produced by tool calls. Variable
 memory is capped per session (least-recently-used variables are evicted first) and in total (variables
 of the least-recently-used sessions go first); idle sessions expire after a time to live.
 """
@@ -59,7 +60,7 @@ class SessionState:
     id: str
     seed: int
     images: list[np.ndarray]
-    scenes: list[str | None]
+    attachments: list[dict[str, Any]]
     last_used: float
     variables: OrderedDict[str, tuple[Any, int]] = field(default_factory=OrderedDict)
     evicted: set[str] = field(default_factory=set)
@@ -103,10 +104,10 @@ class SessionStore:
         """Bytes held by the variables of all open sessions."""
         return self._total_bytes
 
-    def create(self, images: list[np.ndarray], scenes: list[str | None], seed: int) -> SessionState:
+    def create(self, images: list[np.ndarray], attachments: list[dict[str, Any]], seed: int) -> SessionState:
         """Open a session."""
         self.sweep()
-        state = SessionState(uuid.uuid4().hex, seed, list(images), list(scenes), self._clock())
+        state = SessionState(uuid.uuid4().hex, seed, list(images), list(attachments), self._clock())
         self._sessions[state.id] = state
         return state
 
@@ -203,6 +204,7 @@ class SessionStore:
         state.variables.clear()
         state.evicted.clear()
         state.images.clear()
+        state.attachments.clear()
         state.nbytes = 0
         state.closed = True
 
@@ -217,14 +219,24 @@ def check_image(image: Any, index: int | None = None) -> None:
         raise ValueError(f"{which} must be a uint8 RGB array of shape (H, W, 3), got {got}")
 
 
+def check_attachment(attachment: Any, index: int | None = None) -> dict[str, Any]:
+    """A copy of an image's attachment; `ValueError` unless it is a dict with string keys (or None)."""
+    if attachment is None:
+        return {}
+    if not isinstance(attachment, Mapping) or not all(isinstance(key, str) for key in attachment):
+        which = "an attachment" if index is None else f"the attachment of image {index}"
+        raise ValueError(f"{which} must be a dict with string keys, got {type(attachment).__name__}")
+    return dict(attachment)
+
+
 def check_session_inputs(
-    images: Sequence[np.ndarray], scenes: Sequence[str | None] | None
-) -> tuple[list[np.ndarray], list[str | None]]:
-    """The images and their scene specs (None: no simulated scene) of a new session, checked."""
+    images: Sequence[np.ndarray], attachments: Sequence[Mapping[str, Any] | None] | None
+) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
+    """The images of a new session and one attachment dict per image (None: empty), checked."""
     images = list(images)
     for index, image in enumerate(images):
         check_image(image, index)
-    scenes = list(scenes) if scenes is not None else [None] * len(images)
-    if len(scenes) != len(images):
-        raise ValueError(f"got {len(images)} images but {len(scenes)} scenes")
-    return images, scenes
+    given = list(attachments) if attachments is not None else [None] * len(images)
+    if len(given) != len(images):
+        raise ValueError(f"got {len(images)} images but {len(given)} attachments")
+    return images, [check_attachment(attachment, index) for index, attachment in enumerate(given)]

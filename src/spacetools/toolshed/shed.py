@@ -1,8 +1,10 @@
 """The `Toolshed` facade and the `Session` call API.
 
 A call goes: parse the arguments, find the tool method, resolve `"$name"` references against the
-session's variables, validate, seed a per-call random generator, dispatch through the tool's router,
-and store the result's variables in the session. Every failure on that path is an error result.
+session's variables, validate, seed a per-call random generator, dispatch through the tool's router
+(with only the images the call references), and store the result's variables and pictures in the
+session. Every failure on that path is an error result. The Toolshed knows tools only by their
+definition: per-image metadata (attachments) and deployment settings pass through it unread.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from spacetools.tools.definition import ToolContext, ToolError, ToolMethod, ToolResult, ToolSpec, tool_methods
-from spacetools.tools.realism import get_profile
 from spacetools.toolshed.backends import BACKENDS
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
@@ -27,6 +28,7 @@ from spacetools.toolshed.session import (
     SessionClosedError,
     SessionState,
     SessionStore,
+    check_attachment,
     check_image,
     check_session_inputs,
 )
@@ -61,9 +63,9 @@ class Session:
         return self._state.images
 
     @property
-    def scenes(self) -> list[str | None]:
-        """The scene spec JSON attached to each image, or None."""
-        return self._state.scenes
+    def attachments(self) -> list[dict[str, Any]]:
+        """The metadata attached to each image (an empty dict when none)."""
+        return self._state.attachments
 
     @property
     def variables(self) -> Mapping[str, Any]:
@@ -75,12 +77,12 @@ class Session:
         """True once the session was released or expired."""
         return self._state.closed
 
-    def add_image(self, image: np.ndarray, scene: str | None = None) -> int:
-        """Append an image to the conversation; returns its `image_index`."""
-        check_image(image, len(self._state.images))
-        self._state.images.append(image)
-        self._state.scenes.append(scene)
-        return len(self._state.images) - 1
+    def add_image(self, image: np.ndarray, attachment: dict[str, Any] | None = None) -> int:
+        """Append an image to the conversation; returns its `image_index`.
+
+        Pictures that tools return are added by the session itself (see `ToolResult.image_indices`).
+        """
+        return _append_image(self._state, image, attachment)
 
     def set_variable(self, name: str, value: Any) -> bool:
         """Store a variable as a tool would; False when it exceeds the memory limit and was not kept."""
@@ -106,17 +108,23 @@ class Toolshed:
         self,
         deployments: Sequence[ToolDeployment] | str,
         *,
-        profile: str = "exact",
+        profile: str | None = None,
         seed: int = 0,
         max_session_bytes: int = 512 * 2**20,
         max_total_bytes: int = 4 * 2**30,
         session_ttl_s: float = 3600.0,
     ) -> None:
-        get_profile(profile)  # a ValueError listing the choices
+        """Serve `deployments` (or a named tool set).
+
+        `profile` (kept for callers written before realism became a deployment setting) sets the
+        ``"profile"`` setting of every deployment whose tool understands one.
+        """
         if isinstance(deployments, str):
             deployments = get_toolset(deployments)
         if not deployments:
             raise ValueError("a Toolshed needs at least one tool deployment")
+        if profile is not None:
+            deployments = [deployment.with_setting("profile", profile) for deployment in deployments]
         self.profile = profile
         self.seed = seed
         self._store = SessionStore(max_session_bytes, max_total_bytes, session_ttl_s)
@@ -129,6 +137,7 @@ class Toolshed:
 
     def _add(self, deployment: ToolDeployment) -> None:
         tool_class = deployment.tool_class()
+        tool_class.check_config(deployment.config)  # a bad setting fails here, not in every instance
         if tool_class.name in self._routers:
             raise ValueError(f"tool {tool_class.name!r} is deployed twice")
         make = BACKENDS[deployment.backend]
@@ -178,12 +187,16 @@ class Toolshed:
     def open_session(
         self,
         images: Sequence[np.ndarray],
-        scenes: Sequence[str | None] | None = None,
+        attachments: Sequence[dict[str, Any] | None] | None = None,
         seed: int | None = None,
     ) -> Session:
-        """Open a session for one episode; `seed` (default 0) enters every call's random seed."""
-        images, scenes = check_session_inputs(images, scenes)
-        return Session(self, self._store.create(images, scenes, 0 if seed is None else seed))
+        """Open a session for one episode.
+
+        `attachments` holds one metadata dict per image (passed to the tools unread; the simulated
+        tools read a scene under ``"scene"``); `seed` (default 0) enters every call's random seed.
+        """
+        images, checked = check_session_inputs(images, attachments)
+        return Session(self, self._store.create(images, checked, 0 if seed is None else seed))
 
     def session(self, session_id: str) -> Session:
         """An open session by id; `KeyError` when it is closed or expired."""
@@ -227,18 +240,30 @@ class Toolshed:
             return result
         ctx = ToolContext(
             session_id=state.id,
-            images=list(state.images),
-            scenes=list(state.scenes),
+            images={i: state.images[i] for i in method.referenced_images(kwargs) if i < len(state.images)},
+            image_sizes=[(image.shape[0], image.shape[1]) for image in state.images],
+            attachments=list(state.attachments),
             rng=np.random.default_rng(self._call_seed(state, name, raw)),
-            profile=self.profile,
         )
         result = await router.call(name, kwargs, ctx)
+        self._keep_images(state, result)
         if result.variables:
             dropped = self._store.store(state, result.variables)
             if dropped:
                 names = ", ".join(f"${variable}" for variable in dropped)
                 result.text += f"\n(Note: {names} could not be kept within the session memory limit.)"
         return result
+
+    @staticmethod
+    def _keep_images(state: SessionState, result: ToolResult) -> None:
+        """Add the pictures a tool made to the conversation, where they are made (no client round trip)."""
+        kept: list[int] = []
+        for image in result.images:
+            try:
+                kept.append(_append_image(state, image, None))
+            except ValueError as exc:
+                result.text += f"\n(Note: a picture the tool made was not kept: {exc})"
+        result.image_indices = kept
 
     def _call_seed(self, state: SessionState, name: str, raw_arguments: dict[str, Any]) -> int:
         """A stable seed from the call's identity and how often it was made before in the session.
@@ -260,6 +285,14 @@ class Toolshed:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
+
+
+def _append_image(state: SessionState, image: np.ndarray, attachment: dict[str, Any] | None) -> int:
+    index = len(state.images)
+    check_image(image, index)
+    state.attachments.append(check_attachment(attachment, index))
+    state.images.append(image)
+    return index
 
 
 def _parse_arguments(name: str, arguments: Arguments) -> dict[str, Any]:

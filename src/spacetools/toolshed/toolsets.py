@@ -19,6 +19,16 @@ V1: list[ToolDeployment] = [
 
 TOOLSETS: dict[str, list[ToolDeployment]] = {"v1": V1}
 TOOLSET_NAMES: tuple[str, ...] = tuple(TOOLSETS)
+DEFAULT_PROFILE = "exact"
+
+
+def toolset(name: str, profile: str = DEFAULT_PROFILE) -> list[ToolDeployment]:
+    """The deployments of a named tool set, its simulated tools set to a realism `profile`.
+
+    A `ValueError` lists the choices for an unknown tool set; an unknown profile fails when the
+    Toolshed starts the simulated tools (they own the profiles).
+    """
+    return [deployment.with_setting("profile", profile) for deployment in get_toolset(name)]
 
 
 def get_toolset(name: str) -> list[ToolDeployment]:

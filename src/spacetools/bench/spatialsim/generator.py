@@ -25,7 +25,7 @@ from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question
 from spacetools.rewards.benchmarks import BENCHMARKS, SPATIALSIM_PREFIX
 from spacetools.rewards.formats import format_yes_no
-from spacetools.sim.world import build_scene
+from spacetools.sim.layout import build_scene
 
 #: Every family takes (context, rng, question index); only families that balance answers use the index.
 FamilyGenerator = Callable[[SceneContext, np.random.Generator, int], Question | None]

@@ -1,0 +1,66 @@
+"""What the rollout and the evaluation need of a tool server: `ToolProvider` and `ToolSession`.
+
+The in-process `Toolshed`/`Session` and the HTTP client's `RemoteToolshed`/`RemoteSession` both
+satisfy these protocols, so an episode runs the same against either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from spacetools.tools.definition import ToolResult, ToolSpec
+
+__all__ = ["Arguments", "ToolProvider", "ToolSession"]
+
+Arguments = Mapping[str, Any] | str | None
+"""A call's arguments: a JSON object, its text, or None for none."""
+
+
+@runtime_checkable
+class ToolSession(Protocol):
+    """One episode's view of a tool server: its images and the calls it makes."""
+
+    @property
+    def images(self) -> list[np.ndarray]:
+        """The conversation's images, addressed by `image_index` (tool pictures included)."""
+        ...
+
+    def add_image(self, image: np.ndarray, attachment: dict[str, Any] | None = None) -> int:
+        """Append an image to the conversation; returns its `image_index`."""
+        ...
+
+    async def call(self, name: str, arguments: Arguments = None) -> ToolResult:
+        """Call a tool method; failures come back as error results, never as exceptions.
+
+        The pictures a tool makes are kept by the session; their indices are `result.image_indices`.
+        """
+        ...
+
+    async def call_many(self, calls: Sequence[tuple[str, Arguments]]) -> list[ToolResult]:
+        """Run the calls of one turn in parallel; results in call order."""
+        ...
+
+    def close(self) -> None:
+        """Release the session and its variables."""
+        ...
+
+
+@runtime_checkable
+class ToolProvider(Protocol):
+    """A started tool server: its tool specs and the sessions it opens."""
+
+    def specs(self) -> list[ToolSpec]:
+        """The specs of every tool method served."""
+        ...
+
+    def open_session(
+        self,
+        images: Sequence[np.ndarray],
+        attachments: Sequence[dict[str, Any] | None] | None = None,
+        seed: int | None = None,
+    ) -> ToolSession:
+        """Open a session for one episode: its images, one metadata dict per image, and its seed."""
+        ...
