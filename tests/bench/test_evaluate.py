@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
@@ -253,3 +254,38 @@ def test_run_json_records_the_config_and_resume_names_each_differing_field(tmp_p
         EvalConfig.from_options(tmp_path, out_dir=tmp_path, profile="perfect")
     with pytest.raises(ValueError, match="unknown toolset"):
         EvalConfig.from_options(tmp_path, out_dir=tmp_path, toolset="v9")
+
+
+class SurrogatePolicy:
+    """Calls a real tool with a lone surrogate in its argument (legal JSON), then answers."""
+
+    name = "surrogate"
+
+    def __init__(self) -> None:
+        self.episodes = 0
+
+    async def act(self, state: EpisodeState) -> str:
+        if state.turn == 0:
+            self.episodes += 1
+            return '<tool_call>{"name": "roborefer.detect_one", "arguments": {"prompt": "mug \\ud800"}}</tool_call>'
+        return "<answer>(A)</answer>"
+
+
+@pytest.mark.slow
+def test_resume_repairs_a_torn_last_line_and_any_text_survives(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    evaluate(SurrogatePolicy(), data, out_dir=out, benches=[ONE_BENCH], profile="exact")
+    samples_file = out / "samples.jsonl"
+    rows = read_rows(samples_file)
+    assert len(rows) == 2 and rows[0]["trajectory"]["tool_calls"][0]["arguments"] == {"prompt": "mug \ud800"}
+    whole = samples_file.read_bytes()
+    first_line_end = whole.index(b"\n") + 1
+    samples_file.write_bytes(whole[: first_line_end + 40])  # killed 40 bytes into the second row
+
+    resumed = SurrogatePolicy()
+    console = Console(record=True, width=200)
+    summary = evaluate(resumed, data, out_dir=out, benches=[ONE_BENCH], profile="exact", console=console)
+    assert resumed.episodes == 1  # the torn sample ran again, the whole one did not
+    assert "dropped a torn last line (40 bytes)" in console.export_text()
+    assert [row["id"] for row in read_rows(samples_file)] == [row["id"] for row in rows]
+    assert summary.n == 2 and (out / "report.html").stat().st_size > 0
