@@ -51,7 +51,7 @@ def _check_url(url: str | None) -> None:
 def _build_policy(name: str, options: dict[str, Any]) -> Policy:
     try:
         return make_policy(name, **options)
-    except (ValueError, TypeError, OSError) as error:  # OSError: a missing replay file or model folder
+    except (ValueError, TypeError, OSError, ImportError) as error:  # a missing file or folder, no torch
         hint = "--policy" if name not in POLICIES else "--option"
         raise typer.BadParameter(str(error), param_hint=hint) from None
 
