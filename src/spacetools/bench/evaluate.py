@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -55,6 +56,8 @@ __all__ = [
     "read_rows",
     "task_from_sample",
 ]
+
+logger = logging.getLogger(__name__)
 
 THUMBNAIL_WIDTH = 320
 EVAL_CONCURRENCY = 8
@@ -170,8 +173,10 @@ def _prepare_folder(config: EvalConfig, console: Console | None) -> None:
     if config.resume:
         check_resume(out, config)
         repaired = repair_samples(out / SAMPLES_FILE)
-        if repaired and console is not None:
-            console.print(f"[yellow]note:[/yellow] {repaired}")
+        if repaired:
+            logger.warning(repaired)
+            if console is not None:
+                console.print(f"[yellow]note:[/yellow] {repaired}", highlight=False)
     else:
         (out / SAMPLES_FILE).unlink(missing_ok=True)
     try:
