@@ -14,9 +14,16 @@ import pytest
 from spacetools.agent.policies.openai import OpenAIPolicy
 from spacetools.agent.policies.replay import ReplayExhaustedError, ReplayPolicy, rescore
 from spacetools.agent.protocol import message_text
-from spacetools.agent.rollout import run_episode, run_episodes
-from spacetools.agent.types import EpisodeState, Task, Trajectory, read_trajectories, write_trajectories
-from spacetools.tools.definition import Tool, ToolResult, tool_method
+from spacetools.agent.rollout import RolloutConfig, run_episode, run_episodes
+from spacetools.agent.types import (
+    EpisodeInput,
+    EpisodeState,
+    Task,
+    Trajectory,
+    read_trajectories,
+    write_trajectories,
+)
+from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
 from spacetools.tools.diagnostics import EchoTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 
@@ -298,3 +305,86 @@ def test_a_policy_past_its_time_limit_ends_the_episode() -> None:
     result = episode(ScriptPolicy(["<answer>late</answer>"], delay_s=5.0), policy_timeout_s=0.05)
     assert (result.finish_reason, result.answer) == ("policy_error", None)
     assert result.error == "TimeoutError: the policy took over 0.05 s"
+
+
+HUGE_NUMBER_CALL = '<tool_call>{"name": "echo.echo", "arguments": {"text": ' + "1" * 4301 + "}}</tool_call>"
+DEEP_ARGUMENTS_CALL = (
+    '<tool_call>{"name": "echo.echo", "arguments": ' + "[" * 1000 + "]" * 1000 + "}</tool_call>"
+)
+
+
+class PerTaskPolicy:
+    """Writes the turns scripted for each task id (hostile model output for some of them)."""
+
+    name = "per-task"
+
+    def __init__(self, turns: dict[str, list[str]]) -> None:
+        self.turns = turns
+
+    async def act(self, state: EpisodeState) -> str:
+        if state.task.id == "raises":
+            raise RuntimeError("the model server fell over")
+        script = self.turns[state.task.id]
+        return script[min(state.turn, len(script) - 1)]
+
+
+def test_no_failure_inside_an_episode_loses_the_batch() -> None:
+    """A parser choking on model text, a session that raises and a policy that raises each end only
+    their own episode; the others finish normally, in task order."""
+    policy = PerTaskPolicy(
+        {
+            "huge-number": [HUGE_NUMBER_CALL, "<answer>A</answer>"],
+            "deep-arguments": [DEEP_ARGUMENTS_CALL, "<answer>B</answer>"],
+            "fine": [call("echo.echo", text="x"), "<answer>C</answer>"],
+        }
+    )
+    ids = ["huge-number", "raises", "deep-arguments", "fine"]
+    results = with_shed(
+        lambda shed: run_episodes(
+            policy, shed, [task(i) for i in ids], scorers=[lambda t: {"score": 1.0}] * 4
+        )
+    )
+    assert [r.task_id for r in results] == ids
+    by_id = {r.task_id: r for r in results}
+    assert (by_id["raises"].finish_reason, by_id["raises"].error) == (
+        "policy_error",
+        "RuntimeError: the model server fell over",
+    )
+    assert (by_id["fine"].finish_reason, by_id["fine"].answer, by_id["fine"].error) == ("answer", "C", None)
+    for hostile in ("huge-number", "deep-arguments"):
+        trajectory = by_id[hostile]
+        # Either the parser refuses the block (an error response, the episode goes on) or the episode
+        # ends with its own error; never an exception out of run_episodes.
+        if trajectory.error is not None:
+            assert trajectory.finish_reason in ("rollout_error", "toolshed_error")
+            assert trajectory.messages[-1]["role"] == "assistant"
+        else:
+            assert trajectory.finish_reason == "answer" and trajectory.parse_errors >= 1
+    assert all(r.score == {"score": 1.0} for r in results)
+
+
+def test_an_input_carries_attachments_to_the_session_and_the_config_is_validated() -> None:
+    class SceneTool(Tool):
+        name = "scene"
+
+        @tool_method
+        def show(self, image_index: int = 0, *, ctx: ToolContext) -> ToolResult:
+            """Say what the tools were given for an image.
+
+            Args:
+                image_index: The image.
+            """
+            return ToolResult(text=ctx.scene_spec(image_index))
+
+    async def body() -> Trajectory:
+        async with Toolshed([ToolDeployment(tool=SceneTool, backend="inprocess")]) as shed:
+            item = EpisodeInput(task(), attachments=[{"scene": '{"seed": 3}'}])
+            policy = ScriptPolicy([call("scene.show"), "<answer>A</answer>"])
+            return await run_episode(policy, shed, item, config=RolloutConfig(max_turns=2))
+
+    result = asyncio.run(body())
+    assert result.tool_calls[0].result_text == '{"seed": 3}'
+    with pytest.raises(ValueError, match="max_turns"):
+        RolloutConfig(max_turns=0)
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        RolloutConfig().with_options(max_turn=3)

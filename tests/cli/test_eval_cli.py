@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from spacetools.bench.dataset import Sample, write_parquet
+from spacetools.bench.evaluate import EvalConfig
 from spacetools.cli.main import app
 
 runner = CliRunner()
@@ -58,3 +62,27 @@ def test_installed_command_runs_as_a_subprocess(tmp_path: Path) -> None:
     assert "no such file or folder" in " ".join(result.stderr.split())
     help_text = subprocess.run([str(command), "eval", "--help"], capture_output=True, text=True, timeout=120)
     assert help_text.returncode == 0 and "compare" in help_text.stdout
+
+
+def test_the_command_line_maps_onto_the_run_config_and_resume_names_what_changed(tmp_path: Path) -> None:
+    sample = Sample(
+        data_source="spatialsim_cvb2drelation",
+        prompt=[{"role": "user", "content": "<image>\nWhich is left? (A) mug (B) box"}],
+        images=[np.zeros((8, 8, 3), np.uint8)],
+        ground_truth="(A)",
+        extra_info={"index": 0, "question": "Which is left?", "choices": ["mug", "box"]},
+    )
+    write_parquet([sample], tmp_path / "data" / "spatialsim_cvb2drelation.parquet")
+    out = tmp_path / "run"
+    arguments = ["eval", "--policy", "scripted", "--data", str(tmp_path / "data"), "--out", str(out)]
+    options = ["--profile", "exact", "--max-turns", "3", "--concurrency", "2", "--seed", "4"]
+    result = runner.invoke(app, [*arguments, *options])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "run.json").read_text())
+    assert (record["policy"], record["policy_options"], record["seed"]) == ("scripted", {"max_turns": 3}, 4)
+    assert (record["rollout"]["max_turns"], record["rollout"]["concurrency"]) == (3, 2)
+    assert EvalConfig.model_validate(record).rollout.max_tool_response_chars == 2048  # run.json reads back
+
+    again = runner.invoke(app, [*arguments, *options[:-1], "5"])
+    assert again.exit_code == 1
+    assert "other settings (seed: 4 -> 5)" in " ".join(again.output.split())

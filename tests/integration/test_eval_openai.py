@@ -17,10 +17,10 @@ import pytest
 
 from chat_server import RespondingChatServer
 from spacetools.agent.policies.openai import OpenAIPolicy
-from spacetools.agent.types import data_url_to_image
 from spacetools.bench.dataset import read_samples
 from spacetools.bench.evaluate import SAMPLES_FILE, evaluate, read_rows
 from spacetools.rewards import compute_score
+from spacetools.tools.imagecodec import decode as data_url_to_image
 
 from .eval_run import read_run, run_eval
 

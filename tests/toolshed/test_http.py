@@ -363,7 +363,7 @@ def test_serve_rejects_an_unknown_toolset_or_profile(arguments: list[str], messa
 
 @pytest.mark.slow
 def test_serve_runs_the_v1_tools_with_the_same_results_as_in_process() -> None:
-    from spacetools.bench.evaluate import task_from_sample
+    from spacetools.bench.evaluate import episode_input
     from spacetools.bench.spatialsim.generator import generate
 
     with socket.socket() as sock:
@@ -386,7 +386,7 @@ def test_serve_runs_the_v1_tools_with_the_same_results_as_in_process() -> None:
             assert time.monotonic() < deadline, "spacetools serve did not come up"
             time.sleep(0.2)
         (sample,) = generate(1, seed=0, families=["bopgrasp"], workers=1)["bopgrasp"]
-        task = task_from_sample(sample, "bopgrasp/0")
+        task = episode_input(sample, "bopgrasp/0")  # the scene travels to the tools only
 
         async def both() -> list[Any]:
             async with RemoteToolshed(url) as remote, Toolshed("v1", profile="realistic", seed=5) as local:

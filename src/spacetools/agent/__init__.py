@@ -8,8 +8,9 @@ from spacetools.agent.protocol import (
     parse_turn,
     truncate_middle,
 )
-from spacetools.agent.rollout import run_episode, run_episodes
+from spacetools.agent.rollout import RolloutConfig, run_episode, run_episodes
 from spacetools.agent.types import (
+    EpisodeInput,
     EpisodeState,
     Policy,
     Task,
@@ -21,9 +22,11 @@ from spacetools.agent.types import (
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "EpisodeInput",
     "EpisodeState",
     "ParsedTurn",
     "Policy",
+    "RolloutConfig",
     "Task",
     "ToolCallRecord",
     "Trajectory",

@@ -12,6 +12,7 @@ from spacetools.bench.dataset import parquet_files, read_samples
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
 from spacetools.bench.spatialsim.draw import render_sample
+from spacetools.cli.options import seed_option
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -32,7 +33,7 @@ def _family_list(values: list[str] | None) -> list[str] | None:
 def generate(
     out: Path = typer.Option(..., "--out", help="Folder for the spatialsim_<family>.parquet files."),
     n: int = typer.Option(..., "--n", help="Questions per family."),
-    seed: int = typer.Option(0, "--seed", help="Run seed; the same arguments give identical files."),
+    seed: int = seed_option("Run seed; the same arguments give identical files."),
     families: list[str] | None = typer.Option(
         None,
         "--families",
@@ -83,7 +84,10 @@ def show(
         raise typer.BadParameter(str(error), param_hint="FOLDER") from error
     if not files:
         raise typer.BadParameter(f"no parquet files in {folder}", param_hint="FOLDER")
-    samples = read_samples(files[0])
+    try:
+        samples = read_samples(files[0])
+    except ValueError as error:  # not parquet, or not in the verl layout
+        raise typer.BadParameter(str(error), param_hint="FOLDER") from None
     # Rows without an `index` (foreign files) are addressed by their position.
     matches = [s for position, s in enumerate(samples) if s.extra_info.get("index", position) == index]
     if not matches:
@@ -92,6 +96,9 @@ def show(
         )
     sample = matches[0]
     target = out or (folder if folder.is_dir() else folder.parent) / f"show_{sample.data_source}_{index}.png"
-    render_sample(sample).save(target)
+    try:
+        render_sample(sample).save(target)
+    except (OSError, ValueError) as error:  # a missing folder, a file in the way, an unknown extension
+        raise typer.BadParameter(f"cannot write {target}: {error}", param_hint="--out") from None
     console.print(f"{sample.data_source} #{index}: {sample.question}")
     console.print(f"wrote {target}")

@@ -10,10 +10,11 @@ import typer
 from rich.console import Console
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
-from spacetools.bench.evaluate import REPORT_FILE, evaluate
+from spacetools.agent.rollout import RolloutConfig
+from spacetools.bench.evaluate import REPORT_FILE, EvalConfig, evaluate
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
-from spacetools.cli.options import profile_option
+from spacetools.cli.options import check_out_folder, profile_option, seed_option
 
 
 def demo(
@@ -21,13 +22,13 @@ def demo(
         Path("spacetools_demo"), "--out", help="Folder for data/ (parquet) and run/ (results)."
     ),
     n: int = typer.Option(20, "--n", min=1, help="Questions per family."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the generated set and of the tools' realism."),
+    seed: int = seed_option("Seed of the generated set and of the tools' realism."),
     profile: str = profile_option(),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes run at once."),
 ) -> None:
     """Generate SpatialSim questions, run the scripted expert with live tools, print the table and report."""
     console = Console()
-    data, run = out / "data", out / "run"
+    data, run = check_out_folder(out) / "data", out / "run"
     try:
         generator.prepare_output(data)
     except ValueError as error:
@@ -45,14 +46,14 @@ def demo(
         f"Generated in {time.perf_counter() - start:.1f} s. Evaluating the scripted expert ({profile} tools)..."
     )
     # A fresh run each time: the data were just regenerated, so earlier rows may not match them.
-    evaluate(
-        ScriptedPolicy(),
-        data,
-        out_dir=run,
+    config = EvalConfig(
+        data=data,
+        out=run,
+        policy="scripted",
         profile=profile,
-        concurrency=concurrency,
-        resume=False,
         seed=seed,
-        console=console,
+        resume=False,
+        rollout=RolloutConfig(concurrency=concurrency),
     )
+    evaluate(ScriptedPolicy(), config=config, console=console)
     console.print(f"Done in {time.perf_counter() - start:.1f} s. Report: {(run / REPORT_FILE).resolve()}")

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.padding import Padding
 
-from spacetools.cli.options import profile_option
+from spacetools.cli.options import profile_option, read_text_file, seed_option
 from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
@@ -85,9 +85,9 @@ def _read_calls(path: Path) -> list[tuple[str, dict[str, Any]]]:
     if not path.is_file():
         raise typer.BadParameter(f"no such file: {path}", param_hint="--calls")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text_file(path, "--calls"))
     except json.JSONDecodeError as error:
-        raise typer.BadParameter(f"{path} is not valid JSON: {error}", param_hint="--calls") from error
+        raise typer.BadParameter(f"{path} is not valid JSON: {error}", param_hint="--calls") from None
     if not isinstance(data, list):
         raise typer.BadParameter(
             f'{path} must hold a JSON list of {{"name", "arguments"}}', param_hint="--calls"
@@ -174,7 +174,7 @@ def run(
     calls: Path = typer.Option(..., "--calls", help='JSON list of {"name": …, "arguments": {…}}.'),
     profile: str = profile_option("exact"),
     toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
-    seed: int = typer.Option(0, "--seed", help="Toolshed seed (the same seed gives the same results)."),
+    seed: int = seed_option("Toolshed seed (the same seed gives the same results)."),
 ) -> None:
     """Run tool calls in order in one session on a simulated scene; print the results as JSON."""
     deployments = _deployments(toolset)
