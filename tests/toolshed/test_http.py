@@ -24,11 +24,21 @@ from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.rollout import run_episode
 from spacetools.agent.types import EpisodeState, Task
 from spacetools.cli.serve import serve
+from spacetools.tools import imagecodec
 from spacetools.tools.definition import Tool, ToolContext, ToolResult, hermes_tools_block, tool_method
 from spacetools.tools.diagnostics import EchoTool, FaultTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteSession, RemoteToolshed
-from spacetools.toolshed.http import create_app, decode_image, encode_image
+from spacetools.toolshed.http import create_app
+
+
+def encode_image(image: np.ndarray) -> str:
+    return imagecodec.to_data_url(image)
+
+
+def decode_image(url: str) -> np.ndarray:
+    return imagecodec.decode(url)
+
 
 IMAGE = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
 
@@ -140,7 +150,13 @@ def test_a_turn_runs_in_parallel_and_keeps_call_order(http: httpx.Client) -> Non
 def test_variables_resolve_on_the_server_across_requests(http: httpx.Client) -> None:
     session_id = open_session(http)
     (made,) = call(http, session_id, ("fault.make_array", {"n": 4}))
-    assert made == {"text": made["text"], "is_error": False, "variables": ["array"], "images": []}
+    assert made == {
+        "text": made["text"],
+        "is_error": False,
+        "variables": ["array"],
+        "images": [],
+        "value": None,
+    }
     (described,) = call(http, session_id, ("echo.describe", {"data": "$array"}))
     assert described["text"] == "array of shape (4,), dtype float32, mean 1.0000"
     (missing,) = call(http, session_id, ("echo.describe", {"data": "$depth"}))
@@ -198,13 +214,13 @@ def test_an_unknown_or_closed_session_is_a_404(http: httpx.Client) -> None:
     ("path", "body", "message"),
     [
         ("/sessions", {"seed": 1}, "Field required"),
-        ("/sessions", {"images": ["data:image/png;base64,AAAA"]}, "does not hold a readable image"),
-        ("/sessions", {"images": ["http://example.com/a.png"]}, "expected a base64 data URI"),
+        ("/sessions", {"images": ["data:image/png;base64,AAAA"]}, "cannot decode the image"),
+        ("/sessions", {"images": ["http://example.com/a.png"]}, "not valid base64"),
         ("/sessions", {"images": ["data:image/gif;base64,AAAA"]}, "unsupported image type 'image/gif'"),
-        ("/sessions", {"images": [encode_image(IMAGE)], "scenes": [None, None]}, "got 1 images but 2 scenes"),
+        ("/sessions", {"images": [encode_image(IMAGE)], "scenes": [None, None]}, "got 1 images but 2 attach"),
         ("/sessions/{id}/calls", {"name": "echo.echo"}, "Input should be a valid list"),
         ("/sessions/{id}/calls", [{"arguments": {}}], "Field required"),
-        ("/sessions/{id}/images", {"image": "data:image/jpeg;base64,!!"}, "does not hold a readable image"),
+        ("/sessions/{id}/images", {"image": "data:image/jpeg;base64,!!"}, "not valid base64"),
     ],
 )
 def test_a_malformed_body_is_a_422_that_says_why(
@@ -221,7 +237,7 @@ def test_a_crashing_tool_is_an_error_result_and_the_server_keeps_serving(http: h
     session_id = open_session(http)
     crashed, echoed = call(http, session_id, ("fault.crash", {}), ("echo.echo", {"text": "still here"}))
     assert crashed["is_error"] and crashed["text"].startswith("Error: ")
-    assert echoed == {"text": "still here", "is_error": False, "variables": [], "images": []}
+    assert echoed == {"text": "still here", "is_error": False, "variables": [], "images": [], "value": None}
     (raised,) = call(http, session_id, ("fault.raise_error", {"message": "boom"}))
     assert raised["is_error"] and raised["text"] == "Error: RuntimeError: boom"
     (recovered,) = call(http, session_id, ("fault.echo", {"text": "back"}))  # on a restarted worker

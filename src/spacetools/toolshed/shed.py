@@ -18,7 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import ToolContext, ToolError, ToolMethod, ToolResult, ToolSpec, tool_methods
+from spacetools.tools.definition import (
+    ToolContext,
+    ToolError,
+    ToolMethod,
+    ToolResult,
+    ToolSpec,
+    error_result,
+    tool_methods,
+)
 from spacetools.tools.realism import get_profile
 from spacetools.toolshed.backends import BACKENDS
 from spacetools.toolshed.deployment import ToolDeployment
@@ -36,6 +44,9 @@ from spacetools.toolshed.variables import resolve_references
 __all__ = ["Session", "Toolshed"]
 
 Arguments = Mapping[str, Any] | str | None
+
+#: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
+MAX_ARGUMENT_DEPTH = 32
 
 
 class Session:
@@ -78,8 +89,7 @@ class Session:
     def add_image(self, image: np.ndarray, scene: str | None = None) -> int:
         """Append an image to the conversation; returns its `image_index`."""
         check_image(image, len(self._state.images))
-        self._state.images.append(image)
-        self._state.scenes.append(scene)
+        self._shed._store.add_images(self._state, [image], [scene])
         return len(self._state.images) - 1
 
     def set_variable(self, name: str, value: Any) -> bool:
@@ -111,7 +121,18 @@ class Toolshed:
         max_session_bytes: int = 512 * 2**20,
         max_total_bytes: int = 4 * 2**30,
         session_ttl_s: float = 3600.0,
+        max_sessions: int | None = None,
+        max_queue_wait_s: float | None = None,
     ) -> None:
+        """
+        Args:
+            max_session_bytes: Images and variables one session may hold.
+            max_total_bytes: Images and variables all sessions together may hold.
+            session_ttl_s: Idle time after which a session expires.
+            max_sessions: Open sessions at once (`TooManySessionsError` past it); None: no cap.
+            max_queue_wait_s: Longest a call waits for a free instance before it is answered with a
+                timeout error; None: as long as it takes (each call still has its tool's timeout).
+        """
         get_profile(profile)  # a ValueError listing the choices
         if isinstance(deployments, str):
             deployments = get_toolset(deployments)
@@ -119,7 +140,10 @@ class Toolshed:
             raise ValueError("a Toolshed needs at least one tool deployment")
         self.profile = profile
         self.seed = seed
-        self._store = SessionStore(max_session_bytes, max_total_bytes, session_ttl_s)
+        self._store = SessionStore(
+            max_session_bytes, max_total_bytes, session_ttl_s, max_sessions=max_sessions
+        )
+        self._max_queue_wait_s = max_queue_wait_s
         self._routers: dict[str, ToolRouter] = {}
         self._methods: dict[str, tuple[ToolRouter, ToolMethod]] = {}
         self._unknown_calls = 0
@@ -137,7 +161,12 @@ class Toolshed:
             return make(deployment.tool, deployment.config, tool_class.name)
 
         router = ToolRouter(
-            tool_class.name, make_instance, deployment.instances, deployment.timeout_s, deployment.backend
+            tool_class.name,
+            make_instance,
+            deployment.instances,
+            deployment.timeout_s,
+            deployment.backend,
+            max_queue_wait_s=self._max_queue_wait_s,
         )
         self._routers[tool_class.name] = router
         for method in tool_methods(tool_class).values():
@@ -199,7 +228,8 @@ class Toolshed:
             "sessions": {
                 "open": len(self._store),
                 "expired": self._store.expired,
-                "variable_bytes": self._store.total_bytes,
+                "variable_bytes": self._store.total_bytes - self._store.image_bytes,
+                "image_bytes": self._store.image_bytes,
                 "evictions": self._store.evictions,
             },
             "unknown_tool_calls": self._unknown_calls,
@@ -221,17 +251,19 @@ class Toolshed:
             raw = _parse_arguments(name, arguments)
             resolved = resolve_references(raw, lambda variable: self._store.lookup(state, variable))
             kwargs = method.validate(resolved)
-        except ToolError as exc:
-            result = ToolResult.error(str(exc))
+            ctx = ToolContext(
+                session_id=state.id,
+                images=list(state.images),
+                scenes=list(state.scenes),
+                rng=np.random.default_rng(self._call_seed(state, name, raw)),
+                profile=self.profile,
+            )
+        # Exception: whatever else the model's arguments provoke (an integer too long to write, say)
+        # is the model's error to read, not the server's.
+        except Exception as exc:
+            result = ToolResult.error(str(exc)) if isinstance(exc, ToolError) else error_result(exc)
             router.stats.record(result, time.perf_counter() - started_at)
             return result
-        ctx = ToolContext(
-            session_id=state.id,
-            images=list(state.images),
-            scenes=list(state.scenes),
-            rng=np.random.default_rng(self._call_seed(state, name, raw)),
-            profile=self.profile,
-        )
         result = await router.call(name, kwargs, ctx)
         if result.variables:
             dropped = self._store.store(state, result.variables)
@@ -268,11 +300,29 @@ def _parse_arguments(name: str, arguments: Arguments) -> dict[str, Any]:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"the arguments for {name} are not valid JSON: {exc}") from None
+        # ValueError: an integer of more digits than Python converts; RecursionError: deep nesting.
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise ToolError(f"the arguments for {name} are not valid JSON: {reason}") from None
     if not isinstance(arguments, Mapping):
         raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
+    if _nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+        raise ToolError(f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
     return dict(arguments)
+
+
+def _nesting_depth(value: Any) -> int:
+    """How deeply lists and objects nest in `value` (iterative: the input may be hostile)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping | list | tuple):
+            deepest = max(deepest, depth)
+            if depth <= MAX_ARGUMENT_DEPTH:
+                stack.extend(
+                    (child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item)
+                )
+    return deepest
 
 
 def _digest(value: Any) -> str:
