@@ -118,7 +118,9 @@ def decode(
             return np.asarray(picture.convert(mode), dtype=np.uint8)
     except ImageDecodeError:
         raise
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:  # past Pillow's own limit, before ours was checked
+        raise ImageTooLargeError(f"the image is too large to decode: {exc}") from None
+    except (OSError, ValueError) as exc:
         raise ImageDecodeError(f"cannot decode the image: {exc}") from None
 
 

@@ -140,8 +140,12 @@ class RemoteSession:
                 CallRequest(name=name, arguments=_jsonable(arguments)).model_dump()
                 for name, arguments in calls
             ]
+            # ASCII with escapes: model text may hold lone surrogates, which JSON allows and UTF-8 does not.
             response = await self._shed.client.post(
-                f"/sessions/{session_id}/calls", params={"images": self._shed.fetch_images}, json=body
+                f"/sessions/{session_id}/calls",
+                params={"images": self._shed.fetch_images},
+                content=json.dumps(body, ensure_ascii=True),
+                headers={"content-type": "application/json"},
             )
             _raise_for_status(response)
             # json, not pydantic's parser: tool text may hold lone surrogates (sent escaped, as JSON allows).
