@@ -7,17 +7,20 @@ died, and the router then restarts it. Workers come from a forkserver where the 
 
 Workers die with the server, even in the middle of a call and even when the server is killed without
 cleanup: a thread in each worker waits on the server's process sentinel, and on Linux the kernel also
-kills the worker when its parent goes (`PR_SET_PDEATHSIG`, for a call that holds the interpreter lock).
-The last worker to notice removes the server's multiprocessing temporary folder (`pymp-*`), which the
-killed server could not.
+kills the worker when its parent process goes (`PR_SET_PDEATHSIG`), for a call that holds the
+interpreter lock. That parent is the forkserver, which exits once no process holds its "alive" pipe,
+so workers close their inherited copy of it. The workers that notice the death remove the server's
+multiprocessing temporary folder (`pymp-*`), which the killed server could not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
 import multiprocessing.util
 import os
 import pickle
@@ -179,6 +182,14 @@ def die_with_parent(server_temp_dir: str | None = None) -> None:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The forkserver hands each child the server's end of its "alive" pipe; while a worker holds it, the
+    # forkserver outlives a killed server and the kernel's parent-death signal never comes.
+    forkserver = getattr(multiprocessing.forkserver, "_forkserver", None)
+    alive_fd = getattr(forkserver, "_forkserver_alive_fd", None)
+    if isinstance(alive_fd, int):
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        forkserver._forkserver_alive_fd = None  # type: ignore[union-attr]
     parent = multiprocessing.parent_process()
     if parent is None:
         return
