@@ -154,6 +154,25 @@ def test_calls_past_the_admission_limit_are_a_503_with_retry_after(http: httpx.C
     assert "limit of 3 tool calls in flight" in too_many.json()["detail"]
 
 
+def test_the_client_retries_a_503_as_the_server_asks() -> None:
+    async def scenario(url: str, http: httpx.Client) -> list[str]:
+        async with RemoteToolshed(url, timeout_s=60) as shed:
+            session = shed.open_session([])
+            await session.open()
+            GateTool.opened.clear()
+            first = asyncio.ensure_future(session.call_many([("gate.wait", {"label": "a"})] * 3))
+            await asyncio.to_thread(wait_for_stats, http, lambda stats: stats["calls_in_flight"] == 3)
+            second = asyncio.ensure_future(session.call("echo.echo", {"text": "after"}))
+            await asyncio.to_thread(wait_for_stats, http, lambda stats: stats["calls_refused"] >= 1)
+            GateTool.opened.set()
+            return [result.text for result in [*await first, await second]]
+
+    limits = LIMITS
+    deployments = [DEPLOYMENTS[0], ToolDeployment(tool=GateTool, backend="inprocess", instances=3)]
+    with serving(toolshed_for(deployments, limits), limits) as url, httpx.Client(base_url=url) as http:
+        assert asyncio.run(scenario(url, http)) == ["a", "a", "a", "after"]
+
+
 def test_a_call_that_waits_too_long_for_an_instance_times_out_in_the_queue(http: httpx.Client) -> None:
     session_id = open_session(http).json()["id"]
     GateTool.opened.clear()

@@ -141,12 +141,20 @@ class RemoteSession:
                 for name, arguments in calls
             ]
             # ASCII with escapes: model text may hold lone surrogates, which JSON allows and UTF-8 does not.
-            response = await self._shed.client.post(
-                f"/sessions/{session_id}/calls",
-                params={"images": self._shed.fetch_images},
-                content=json.dumps(body, ensure_ascii=True),
-                headers={"content-type": "application/json"},
-            )
+            content = json.dumps(body, ensure_ascii=True)
+            deadline = asyncio.get_running_loop().time() + self._shed.timeout_s
+            while True:
+                response = await self._shed.client.post(
+                    f"/sessions/{session_id}/calls",
+                    params={"images": self._shed.fetch_images},
+                    content=content,
+                    headers={"content-type": "application/json"},
+                )
+                # 503: the server is at its limit of calls in flight; wait as it asks, within our timeout.
+                wait_s = _retry_after_s(response)
+                if wait_s is None or asyncio.get_running_loop().time() + wait_s > deadline:
+                    break
+                await asyncio.sleep(wait_s)
             _raise_for_status(response)
             # json, not pydantic's parser: tool text may hold lone surrogates (sent escaped, as JSON allows).
             results = _CALL_RESULTS.validate_python(json.loads(response.content))
@@ -308,6 +316,16 @@ async def _to_tool_result(result: CallResponse) -> ToolResult:
         is_error=result.is_error,
         value=result.value,
     )
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """The seconds a 503 asks to wait before retrying, or None when the response is not one."""
+    if response.status_code != 503:
+        return None
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 0.0), 60.0)
+    except ValueError:
+        return 1.0
 
 
 def _attachment(entry: Attachment | str) -> Attachment:

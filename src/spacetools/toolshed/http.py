@@ -75,6 +75,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     """
     limits = limits or ServerLimits()
     in_flight = 0  # tool calls admitted and not yet answered
+    refused = 0  # tool calls turned away with a 503
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -200,9 +201,10 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         Refused with 503 while the server holds `max_calls_in_flight` calls; cancelled when the client
         disconnects before the results are ready.
         """
-        nonlocal in_flight
+        nonlocal in_flight, refused
         session = open_session(session_id)
         if in_flight + len(calls) > limits.max_calls_in_flight:
+            refused += len(calls)
             raise HTTPException(
                 status.HTTP_503_SERVICE_UNAVAILABLE,
                 f"the server is at its limit of {limits.max_calls_in_flight} tool calls in flight; "
@@ -239,7 +241,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
         """Live statistics: per tool (calls, errors, latency, queues, availability), sessions, calls."""
-        return {**toolshed.stats(), "calls_in_flight": in_flight}
+        return {**toolshed.stats(), "calls_in_flight": in_flight, "calls_refused": refused}
 
     return app
 
