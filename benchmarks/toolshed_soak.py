@@ -46,8 +46,10 @@ SERVER = """
 import sys, uvicorn
 from spacetools.tools.diagnostics import FaultTool
 from spacetools.toolshed import ToolDeployment
-from spacetools.toolshed.http import create_app, toolshed_for
+from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
 from spacetools.toolshed.limits import ServerLimits
+
+return_freed_memory()  # as `spacetools serve` does
 
 limits = ServerLimits(max_sessions=4096, max_total_bytes={cap}, max_session_bytes=8 * 2**20,
                       max_queue_wait_s={queue_wait}, max_calls_in_flight=4096)

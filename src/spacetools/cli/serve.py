@@ -61,7 +61,7 @@ def serve(
     # Imported here so the rest of the command line does not pay for the web stack.
     import uvicorn
 
-    from spacetools.toolshed.http import create_app, toolshed_for
+    from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
 
     try:
         deployments = get_toolset(toolset)
@@ -86,5 +86,6 @@ def serve(
         limits.check_exposure(host)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--host") from error
+    return_freed_memory()
     app = create_app(toolshed_for(deployments, limits, profile=profile, seed=seed), limits)
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -12,8 +12,10 @@ Endpoints: `GET /health`, `GET /tools` (OpenAI function schemas), `GET /tools/he
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import secrets
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Any
@@ -43,7 +45,10 @@ from spacetools.toolshed.wire import (
     ToolAvailability,
 )
 
-__all__ = ["create_app", "toolshed_for"]
+__all__ = ["create_app", "return_freed_memory", "toolshed_for"]
+
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
 class SafeJSONResponse(JSONResponse):
@@ -65,6 +70,22 @@ def toolshed_for(deployments: Any, limits: ServerLimits, **options: Any) -> Tool
         max_queue_wait_s=limits.max_queue_wait_s,
         **options,
     )
+
+
+def return_freed_memory() -> bool:
+    """Make this process give freed large buffers back to the system (glibc only; False elsewhere).
+
+    glibc raises its mmap threshold as large buffers are freed, after which arrays of a few hundred
+    KB come from the heap, where freeing them fragments memory instead of returning it: a server
+    that stores and evicts such variables for days then grows well past its memory cap. Pinning the
+    threshold keeps every buffer over 128 KB in its own mapping, released when it is freed.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):  # not glibc
+        return False
 
 
 def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAPI:
