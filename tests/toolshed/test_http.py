@@ -8,27 +8,36 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import typer
-import uvicorn
+from serving import GateTool, serving, wait_for_stats
 from typer.testing import CliRunner
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.rollout import run_episode
 from spacetools.agent.types import EpisodeState, Task
 from spacetools.cli.serve import serve
+from spacetools.tools import imagecodec
 from spacetools.tools.definition import Tool, ToolContext, ToolResult, hermes_tools_block, tool_method
 from spacetools.tools.diagnostics import EchoTool, FaultTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteSession, RemoteToolshed
-from spacetools.toolshed.http import create_app, decode_image, encode_image
+
+
+def encode_image(image: np.ndarray) -> str:
+    return imagecodec.to_data_url(image)
+
+
+def decode_image(url: str) -> np.ndarray:
+    return imagecodec.decode(url)
+
 
 IMAGE = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
 
@@ -53,31 +62,11 @@ class MirrorTool(Tool):
 DEPLOYMENTS = [
     ToolDeployment(tool=EchoTool, backend="inprocess"),
     ToolDeployment(tool=SleepTool, backend="inprocess", instances=4, timeout_s=5.0),
+    ToolDeployment(tool=GateTool, backend="inprocess", instances=3, timeout_s=60.0),
     ToolDeployment(tool=MirrorTool, backend="inprocess"),
     # A worker process, so that fault.crash can kill something other than the server.
     ToolDeployment(tool=FaultTool, backend="process", instances=1, timeout_s=5.0),
 ]
-
-
-@contextlib.contextmanager
-def serving(toolshed: Toolshed) -> Iterator[str]:
-    """Serve `toolshed` on a free port of 127.0.0.1 in a background thread; yields the base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(toolshed), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the Toolshed server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -122,19 +111,17 @@ def test_health_and_tool_schemas(http: httpx.Client) -> None:
 
 def test_a_turn_runs_in_parallel_and_keeps_call_order(http: httpx.Client) -> None:
     session_id = open_session(http)
-    started = time.perf_counter()
-    results = call(
-        http,
-        session_id,
-        ("sleep.sleep", {"seconds": 0.4}),
-        ("echo.echo", {"text": "first"}),
-        ("sleep.sleep", '{"seconds": 0.4}'),
-        ("sleep.sleep", {"seconds": 0.4}),
-    )
-    elapsed = time.perf_counter() - started
-    assert [result["text"] for result in results] == ["slept 0.4 s", "first", "slept 0.4 s", "slept 0.4 s"]
+    turn = [("gate.wait", {"label": "a"}), ("echo.echo", {"text": "first"}), ("gate.wait", '{"label": "b"}')]
+    turn.append(("gate.wait", {"label": "c"}))
+    GateTool.opened.clear()
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(call, http, session_id, *turn)
+        # All three gate calls hold an instance at once: they run in parallel, not one after another.
+        wait_for_stats(http, lambda stats: stats["tools"]["gate"]["busy"] == 3)
+        GateTool.opened.set()
+        results = pending.result()
+    assert [result["text"] for result in results] == ["a", "first", "b", "c"]
     assert not any(result["is_error"] for result in results)
-    assert elapsed < 1.1  # one after another would take 1.2 s
 
 
 def test_variables_resolve_on_the_server_across_requests(http: httpx.Client) -> None:
@@ -206,8 +193,8 @@ def test_an_unknown_or_closed_session_is_a_404(http: httpx.Client) -> None:
     ("path", "body", "message"),
     [
         ("/sessions", {"seed": 1}, "Field required"),
-        ("/sessions", {"images": ["data:image/png;base64,AAAA"]}, "does not hold a readable image"),
-        ("/sessions", {"images": ["http://example.com/a.png"]}, "expected a base64 data URI"),
+        ("/sessions", {"images": ["data:image/png;base64,AAAA"]}, "cannot decode the image"),
+        ("/sessions", {"images": ["http://example.com/a.png"]}, "not valid base64"),
         ("/sessions", {"images": ["data:image/gif;base64,AAAA"]}, "unsupported image type 'image/gif'"),
         (
             "/sessions",
@@ -216,7 +203,7 @@ def test_an_unknown_or_closed_session_is_a_404(http: httpx.Client) -> None:
         ),
         ("/sessions/{id}/calls", {"name": "echo.echo"}, "Input should be a valid list"),
         ("/sessions/{id}/calls", [{"arguments": {}}], "Field required"),
-        ("/sessions/{id}/images", {"image": "data:image/jpeg;base64,!!"}, "does not hold a readable image"),
+        ("/sessions/{id}/images", {"image": "data:image/jpeg;base64,!!"}, "not valid base64"),
     ],
 )
 def test_a_malformed_body_is_a_422_that_says_why(

@@ -19,7 +19,7 @@ from spacetools.tools.diagnostics import FaultTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 
 T = TypeVar("T")
-TIMEOUT_S = 1.0
+TIMEOUT_S = 3.0  # long enough that a healthy call never reaches it on a loaded machine
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +69,8 @@ def test_a_crash_mid_call_is_an_error_result_and_the_instance_restarts(
 ) -> None:
     before = shed.stats()["tools"]["fault"]
     session = shed.open_session([])
-    started = time.perf_counter()
     result = _run(loop, session.call("fault.crash", {"exit_code": 7}))
-    assert time.perf_counter() - started < TIMEOUT_S
-    assert result.is_error
+    assert result.is_error  # and told as a crash, not as the timeout a missed death would become
     assert result.text == "Error: RuntimeError: the fault instance crashed (exit code 7) and was restarted"
     _run(loop, _settled(shed, "fault", 3))
     after = shed.stats()["tools"]["fault"]
@@ -80,7 +78,7 @@ def test_a_crash_mid_call_is_an_error_result_and_the_instance_restarts(
     assert _run(loop, session.call("fault.echo", {"text": "ok"})).text == "ok"
 
 
-def test_an_instance_killed_from_outside_mid_call_returns_within_the_timeout(
+def test_an_instance_killed_from_outside_mid_call_is_told_as_a_crash(
     loop: asyncio.AbstractEventLoop, shed: Toolshed
 ) -> None:
     session = shed.open_session([])
@@ -88,16 +86,16 @@ def test_an_instance_killed_from_outside_mid_call_returns_within_the_timeout(
     assert victim is not None
 
     async def kill_soon() -> None:
-        await asyncio.sleep(0.3)
+        while shed.router("sleep").snapshot()["busy"] != 1:  # mid-call
+            await asyncio.sleep(0.01)
         os.kill(victim, signal.SIGKILL)
 
     async def scenario() -> Any:
-        started = time.perf_counter()
         result, _ = await asyncio.gather(session.call("sleep.sleep", {"seconds": 10}), kill_soon())
-        return result, time.perf_counter() - started
+        return result
 
-    result, elapsed = _run(loop, scenario())
-    assert elapsed < 3.0
+    result = _run(loop, scenario())
+    # A crash, not the 3 s timeout: the death was noticed while the call ran.
     assert result.text == (
         f"Error: RuntimeError: the sleep instance crashed (exit code {-signal.SIGKILL}) and was restarted"
     )
@@ -109,9 +107,7 @@ def test_an_instance_killed_from_outside_mid_call_returns_within_the_timeout(
 def test_a_hanging_worker_times_out_and_is_replaced(loop: asyncio.AbstractEventLoop, shed: Toolshed) -> None:
     session = shed.open_session([])
     pids_before = {instance.pid for instance in shed.router("fault").instances}
-    started = time.perf_counter()
     result = _run(loop, session.call("fault.hang", {}))
-    assert TIMEOUT_S <= time.perf_counter() - started < TIMEOUT_S + 1.0
     assert result.text == f"Error: TimeoutError: fault.hang did not finish within {TIMEOUT_S:g} s"
     _run(loop, _settled(shed, "fault", 3))
     pids_after = {instance.pid for instance in shed.router("fault").instances}

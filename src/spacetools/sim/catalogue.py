@@ -62,6 +62,9 @@ CATALOGUE: tuple[ObjectKind, ...] = (
 
 KIND_BY_CATEGORY: dict[str, ObjectKind] = {kind.category: kind for kind in CATALOGUE}
 
+CATALOGUE_ASSETS: frozenset[str] = frozenset(asset for kind in CATALOGUE for asset in kind.assets)
+"""Every asset a scene may name: a scene spec from anywhere else is refused, so no path reaches loadURDF."""
+
 
 @dataclass(frozen=True)
 class ObjectChoice:

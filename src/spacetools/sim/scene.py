@@ -1,4 +1,9 @@
-"""The JSON-serialisable description of a tabletop scene: enough to rebuild it exactly, without physics."""
+"""The JSON-serialisable description of a tabletop scene: enough to rebuild it exactly, without physics.
+
+Specs also arrive from clients of a Toolshed server, so a valid spec is one a worker can rebuild safely:
+assets are catalogue names (never file paths), numbers are finite and bounded, and the object count is
+capped.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,13 @@ Rgba = tuple[float, float, float, float]
 
 ShapeKind = Literal["box", "cylinder", "sphere", "asset"]
 
+#: Most objects a scene spec may hold (generated scenes hold at most `world.MAX_OBJECTS`); a spec of
+#: thousands would hold a worker for minutes per call.
+MAX_SCENE_OBJECTS = 32
+#: Largest half extent (m) and `scale` an object may have: tabletop objects, not buildings.
+MAX_HALF_EXTENT_M = 2.0
+MAX_SCALE = 10.0
+
 
 class ObjectSpec(BaseModel):
     """One object on the table, with its referring-expression metadata and its settled pose.
@@ -26,7 +38,7 @@ class ObjectSpec(BaseModel):
     `half_extents[0]`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     index: int = Field(ge=0)
     name: str = Field(min_length=1, description='human name, e.g. "red mug" or "small blue box"')
@@ -34,8 +46,10 @@ class ObjectSpec(BaseModel):
     color: str | None = Field(default=None, description='colour word used in the name, e.g. "red"')
     size_label: Literal["small", "large"] | None = None
     shape: ShapeKind
-    asset: str | None = Field(default=None, description="URDF path relative to pybullet_data")
-    scale: float = Field(default=1.0, gt=0)
+    asset: str | None = Field(
+        default=None, description="a catalogue asset: a URDF path relative to pybullet_data"
+    )
+    scale: float = Field(default=1.0, gt=0, le=MAX_SCALE)
     rgba: Rgba | None = Field(default=None, description="colour override; None keeps the asset's own")
     position: Vec3
     orientation: Quat
@@ -46,18 +60,24 @@ class ObjectSpec(BaseModel):
     def _check_shape(self) -> ObjectSpec:
         if (self.shape == "asset") != (self.asset is not None):
             raise ValueError("an object has an `asset` exactly when its shape is 'asset'")
-        if any(h <= 0 for h in self.half_extents):
-            raise ValueError(f"half_extents must be positive, got {self.half_extents}")
+        if any(not 0 < h <= MAX_HALF_EXTENT_M for h in self.half_extents):
+            raise ValueError(f"half_extents must be in (0, {MAX_HALF_EXTENT_M:g}] m, got {self.half_extents}")
+        if self.asset is not None:
+            # Imported here: the catalogue builds on this module's types.
+            from spacetools.sim.catalogue import CATALOGUE_ASSETS
+
+            if self.asset not in CATALOGUE_ASSETS:
+                raise ValueError(f"asset {self.asset[:80]!r} is not in the object catalogue")
         return self
 
 
 class SceneSpec(BaseModel):
     """A whole scene: seed, objects (indices 0..n-1 in order), camera and whether the robot is present."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     seed: int
-    objects: list[ObjectSpec]
+    objects: list[ObjectSpec] = Field(max_length=MAX_SCENE_OBJECTS)
     camera: dict[str, Any]
     with_robot: bool = False
 

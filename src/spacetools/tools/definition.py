@@ -68,7 +68,7 @@ class ToolResult:
     images: list[np.ndarray] = field(default_factory=list)
     variables: dict[str, Any] = field(default_factory=dict)
     is_error: bool = False
-    value: Any = None
+    value: Any = None  # the structured, JSON-able result that code reads (text is for the model)
     image_indices: list[int] = field(default_factory=list)
 
     @classmethod

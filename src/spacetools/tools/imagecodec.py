@@ -25,6 +25,10 @@ class ImageDecodeError(ValueError):
     """The bytes are not a readable image, or the image is larger than allowed."""
 
 
+class ImageTooLargeError(ImageDecodeError):
+    """The image has more pixels than allowed (found from its header, before decoding)."""
+
+
 def check_rgb(image: Any) -> np.ndarray:
     """The image as an `(H, W, 3)` uint8 array; `ValueError` saying what is wrong otherwise."""
     array = np.asarray(image)
@@ -108,13 +112,15 @@ def decode(
         with Image.open(io.BytesIO(raw)) as picture:
             width, height = picture.size
             if max_pixels is not None and width * height > max_pixels:
-                raise ImageDecodeError(
+                raise ImageTooLargeError(
                     f"image of {width}x{height} pixels is over the limit of {max_pixels:,} pixels"
                 )
             return np.asarray(picture.convert(mode), dtype=np.uint8)
     except ImageDecodeError:
         raise
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:  # past Pillow's own limit, before ours was checked
+        raise ImageTooLargeError(f"the image is too large to decode: {exc}") from None
+    except (OSError, ValueError) as exc:
         raise ImageDecodeError(f"cannot decode the image: {exc}") from None
 
 

@@ -7,8 +7,11 @@ next call. `close()` is a plain call too: it schedules the server-side release, 
 `RemoteToolshed.close()` waits for.
 
 Results are `ToolResult`s. Variable values stay in the server (the model only ever uses their names,
-as `"$name"`), so `result.variables` maps each stored name to a `None` placeholder. Calls never raise:
-a network failure or a lost session comes back as an error result (`Error: ConnectionError: …`).
+as `"$name"`), so `result.variables` maps each stored name to a `None` placeholder; `result.value` is
+the tool's structured result. Calls never raise: a network failure, a lost session or a refusal (the
+server's limits) comes back as an error result (`Error: ConnectionError: …`).
+
+This module needs httpx and pydantic only: the wire models live in `spacetools.toolshed.wire`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -25,18 +29,19 @@ import httpx
 import numpy as np
 from pydantic import TypeAdapter
 
+from spacetools.tools import imagecodec
 from spacetools.tools.definition import ToolResult, ToolSpec
-from spacetools.toolshed.http import (
+from spacetools.toolshed.limits import TOKEN_ENV
+from spacetools.toolshed.session import check_image, check_session_inputs
+from spacetools.toolshed.wire import (
+    Attachment,
     CallRequest,
     CallResponse,
     ImageRequest,
     ImageResponse,
     SessionRequest,
     SessionResponse,
-    decode_image,
-    encode_image,
 )
-from spacetools.toolshed.session import check_attachment, check_image, check_session_inputs
 
 __all__ = ["RemoteSession", "RemoteToolshed", "RemoteToolshedError"]
 
@@ -57,7 +62,7 @@ class RemoteSession:
         self,
         shed: RemoteToolshed,
         images: list[np.ndarray],
-        attachments: list[dict[str, Any]],
+        attachments: list[Attachment],
         seed: int | None,
     ) -> None:
         self._shed = shed
@@ -84,11 +89,14 @@ class RemoteSession:
         """True once `close()` was called."""
         return self._closed
 
-    def add_image(self, image: np.ndarray, attachment: dict[str, Any] | None = None) -> int:
-        """Append an image to the conversation (uploaded before the next call); returns its `image_index`."""
+    def add_image(self, image: np.ndarray, attachment: Attachment | str = None) -> int:
+        """Append an image to the conversation (uploaded before the next call); returns its `image_index`.
+
+        `attachment` is the image's metadata for the tools (a scene spec JSON string is taken as
+        `{"scene": …}`, as older callers pass it)."""
         check_image(image, len(self._images))
         self._images.append(image)
-        self._attachments.append(check_attachment(attachment, len(self._images) - 1))
+        self._attachments.append(_attachment(attachment))
         return len(self._images) - 1
 
     async def open(self) -> str:
@@ -99,20 +107,20 @@ class RemoteSession:
             client = self._shed.client
             if self._id is None:
                 count = len(self._images)
-                uris = await asyncio.gather(
-                    *(asyncio.to_thread(encode_image, image) for image in self._images[:count])
+                urls = await asyncio.gather(
+                    *(asyncio.to_thread(imagecodec.to_data_url, image) for image in self._images[:count])
                 )
-                body = SessionRequest(
-                    images=list(uris), attachments=list(self._attachments[:count]), seed=self._seed
+                opening = SessionRequest(
+                    images=list(urls), attachments=self._attachments[:count], seed=self._seed
                 )
-                response = await client.post("/sessions", json=body.model_dump())
+                response = await client.post("/sessions", json=opening.model_dump())
                 _raise_for_status(response)
                 self._id = SessionResponse.model_validate_json(response.content).id
                 self._uploaded = count
             while self._uploaded < len(self._images):
-                uri = await asyncio.to_thread(encode_image, self._images[self._uploaded])
-                upload = ImageRequest(image=uri, attachment=self._attachments[self._uploaded])
-                response = await client.post(f"/sessions/{self._id}/images", json=upload.model_dump())
+                url = await asyncio.to_thread(imagecodec.to_data_url, self._images[self._uploaded])
+                adding = ImageRequest(image=url, attachment=self._attachments[self._uploaded])
+                response = await client.post(f"/sessions/{self._id}/images", json=adding.model_dump())
                 _raise_for_status(response)
                 index = ImageResponse.model_validate_json(response.content).index
                 if index != self._uploaded:
@@ -132,15 +140,29 @@ class RemoteSession:
                 CallRequest(name=name, arguments=_jsonable(arguments)).model_dump()
                 for name, arguments in calls
             ]
-            response = await self._shed.client.post(
-                f"/sessions/{session_id}/calls", params={"images": self._shed.fetch_images}, json=body
-            )
+            # ASCII with escapes: model text may hold lone surrogates, which JSON allows and UTF-8 does not.
+            content = json.dumps(body, ensure_ascii=True)
+            deadline = asyncio.get_running_loop().time() + self._shed.timeout_s
+            while True:
+                response = await self._shed.client.post(
+                    f"/sessions/{session_id}/calls",
+                    params={"images": self._shed.fetch_images},
+                    content=content,
+                    headers={"content-type": "application/json"},
+                )
+                # 503: the server is at its limit of calls in flight; wait as it asks, within our timeout.
+                wait_s = _retry_after_s(response)
+                if wait_s is None or asyncio.get_running_loop().time() + wait_s > deadline:
+                    break
+                await asyncio.sleep(wait_s)
             _raise_for_status(response)
-            results = [await _to_tool_result(r) for r in _CALL_RESULTS.validate_json(response.content)]
+            # json, not pydantic's parser: tool text may hold lone surrogates (sent escaped, as JSON allows).
+            results = _CALL_RESULTS.validate_python(json.loads(response.content))
+            converted = [await _to_tool_result(result) for result in results]
         except Exception as exc:  # every failure must reach the model as text, never end the episode
             return [ToolResult.error(_describe(exc)) for _ in calls]
-        self._mirror_tool_images(results)
-        return results
+        self._mirror_tool_images(converted)
+        return converted
 
     def _mirror_tool_images(self, results: list[ToolResult]) -> None:
         """The server session kept the tools' pictures; hold them here at the same indices.
@@ -186,16 +208,26 @@ class RemoteSession:
 class RemoteToolshed:
     """A client of a Toolshed server, usable wherever the rollout takes a started `Toolshed`."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, fetch_images: bool = True) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 300.0,
+        fetch_images: bool = True,
+        token: str | None = None,
+    ) -> None:
         """
         Args:
             base_url: The server's address, e.g. ``http://127.0.0.1:8765``.
             timeout_s: Most seconds one request may take (a turn's calls are one request each, queueing
                 included).
             fetch_images: Whether call results carry the images tools made (the rollout records them).
+            token: The server's bearer token (default: the SPACETOOLS_TOOLSHED_TOKEN environment variable).
         """
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.fetch_images = fetch_images
@@ -214,7 +246,7 @@ class RemoteToolshed:
         """Connect and fetch the tool specs; `ConnectionError` when the server cannot be reached."""
         if self._client is not None:
             return
-        client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s)
+        client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s, headers=self._headers)
         try:
             response = await client.get("/tools")
             _raise_for_status(response)
@@ -253,11 +285,15 @@ class RemoteToolshed:
     def open_session(
         self,
         images: Sequence[np.ndarray],
-        attachments: Sequence[dict[str, Any] | None] | None = None,
+        attachments: Sequence[Attachment | str] | None = None,
         seed: int | None = None,
     ) -> RemoteSession:
-        """A session for one episode, opened on the server by its first call."""
-        images, checked = check_session_inputs(images, attachments)
+        """A session for one episode, opened on the server by its first call.
+
+        `attachments` holds each image's metadata for the tools (scene spec strings are taken as
+        `{"scene": …}`)."""
+        given = None if attachments is None else [_attachment(entry) for entry in attachments]
+        images, checked = check_session_inputs(images, given)
         return RemoteSession(self, images, checked, seed)
 
     async def fetch_stats(self) -> dict[str, Any]:
@@ -271,7 +307,9 @@ class RemoteToolshed:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # closed from plain code: the async client cannot run, so release directly
             with contextlib.suppress(httpx.HTTPError):
-                httpx.delete(f"{self.base_url}/sessions/{session_id}", timeout=self.timeout_s)
+                httpx.delete(
+                    f"{self.base_url}/sessions/{session_id}", timeout=self.timeout_s, headers=self._headers
+                )
             return
         task = loop.create_task(self._release(session_id))
         self._releases.add(task)
@@ -297,7 +335,7 @@ def _raise_for_status(response: httpx.Response) -> None:
 
 
 async def _to_tool_result(result: CallResponse) -> ToolResult:
-    images = [await asyncio.to_thread(decode_image, uri) for uri in result.images]
+    images = [await asyncio.to_thread(imagecodec.decode, url) for url in result.images]
     return ToolResult(
         text=result.text,
         images=images,
@@ -306,6 +344,21 @@ async def _to_tool_result(result: CallResponse) -> ToolResult:
         value=result.value,
         image_indices=list(result.image_indices),
     )
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """The seconds a 503 asks to wait before retrying, or None when the response is not one."""
+    if response.status_code != 503:
+        return None
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 0.0), 60.0)
+    except ValueError:
+        return 1.0
+
+
+def _attachment(entry: Attachment | str) -> Attachment:
+    """An image's attachment; a bare string is an older caller's scene spec JSON."""
+    return {"scene": entry} if isinstance(entry, str) else entry
 
 
 def _jsonable(arguments: Arguments) -> dict[str, Any] | str | None:

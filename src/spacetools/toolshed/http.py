@@ -1,13 +1,8 @@
 """The Toolshed over HTTP: a FastAPI app that serves one Toolshed to rollout processes elsewhere.
 
 Tools then run decoupled from the RL or evaluation loop: the loop talks to this app through
-`spacetools.toolshed.client.RemoteToolshed`. The wire format, defined here and shared with the client:
-
-- Images travel as base64 data URIs (`data:image/png;base64,…`; JPEG is accepted on upload).
-- Variables never leave the server: a call result lists the names it stored, the model refers to them
-  as `"$name"` in later calls of the same session, and the server resolves them.
-- Tool failures are results with `is_error` true, never HTTP errors. HTTP errors mean the request
-  itself is wrong: 404 for a session that is closed, expired or never existed, 422 for a malformed body.
+`spacetools.toolshed.client.RemoteToolshed`. The wire format (request and response models, status codes)
+is `spacetools.toolshed.wire`; the limits the server enforces are `spacetools.toolshed.limits`.
 
 Endpoints: `GET /health`, `GET /tools` (OpenAI function schemas), `GET /tools/hermes` (the prompt's
 `<tools>` block), `POST /sessions`, `POST /sessions/{id}/calls[?images=true]`,
@@ -17,137 +12,121 @@ Endpoints: `GET /health`, `GET /tools` (OpenAI function schemas), `GET /tools/he
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import io
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any, Literal
+import ctypes
+import json
+import secrets
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Annotated, Any
 
 import numpy as np
-from fastapi import FastAPI, HTTPException, Query, Response, status
-from fastapi.responses import PlainTextResponse
-from PIL import Image, UnidentifiedImageError
-from pydantic import BaseModel, Field
+from fastapi import FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from spacetools.tools import imagecodec
 from spacetools.tools.definition import ToolResult, hermes_tools_block
-from spacetools.toolshed.session import check_image
+from spacetools.toolshed.limits import ServerLimits
+from spacetools.toolshed.session import MemoryLimitError, TooManySessionsError
 from spacetools.toolshed.shed import Session, Toolshed
+from spacetools.toolshed.wire import (
+    Attachment,
+    CallRequest,
+    CallResponse,
+    HealthResponse,
+    ImageRequest,
+    ImageResponse,
+    SessionRequest,
+    SessionResponse,
+    ToolAvailability,
+)
 
-__all__ = [
-    "CallRequest",
-    "CallResponse",
-    "HealthResponse",
-    "ImageRequest",
-    "ImageResponse",
-    "SessionRequest",
-    "SessionResponse",
-    "create_app",
-    "decode_image",
-    "encode_image",
-]
+__all__ = ["create_app", "return_freed_memory", "toolshed_for"]
 
-_ACCEPTED_MEDIA_TYPES = ("image/png", "image/jpeg")
-
-
-def encode_image(image: np.ndarray) -> str:
-    """A `(H, W, 3)` uint8 RGB array as a lossless `data:image/png;base64,…` URI."""
-    check_image(image)
-    buffer = io.BytesIO()
-    # Level 1: these images are sent once and read once, so speed matters more than size.
-    Image.fromarray(image, "RGB").save(buffer, format="PNG", compress_level=1)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
-def decode_image(uri: str) -> np.ndarray:
-    """A PNG or JPEG base64 data URI as a `(H, W, 3)` uint8 RGB array; `ValueError` saying what is wrong."""
-    header, comma, payload = uri.partition(",")
-    media_type = header.removeprefix("data:").removesuffix(";base64")
-    if not comma or not header.startswith("data:") or not header.endswith(";base64"):
-        raise ValueError(f"expected a base64 data URI like 'data:image/png;base64,…', got {uri[:40]!r}")
-    if media_type not in _ACCEPTED_MEDIA_TYPES:
-        raise ValueError(
-            f"unsupported image type {media_type!r}; send one of {', '.join(_ACCEPTED_MEDIA_TYPES)}"
-        )
+class SafeJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped, so text with lone surrogates (legal in JSON, not in
+    UTF-8) is still sent, as `\\ud800`, instead of failing the response."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def toolshed_for(deployments: Any, limits: ServerLimits, **options: Any) -> Toolshed:
+    """A Toolshed with the memory, session and queue limits of `limits` (for `create_app`)."""
+    return Toolshed(
+        deployments,
+        max_session_bytes=limits.max_session_bytes,
+        max_total_bytes=limits.max_total_bytes,
+        session_ttl_s=limits.session_ttl_s,
+        max_sessions=limits.max_sessions,
+        max_queue_wait_s=limits.max_queue_wait_s,
+        **options,
+    )
+
+
+def return_freed_memory() -> bool:
+    """Make this process give freed large buffers back to the system (glibc only; False elsewhere).
+
+    glibc raises its mmap threshold as large buffers are freed, after which arrays of a few hundred
+    KB come from the heap, where freeing them fragments memory instead of returning it: a server
+    that stores and evicts such variables for days then grows well past its memory cap. Pinning the
+    threshold keeps every buffer over 128 KB in its own mapping, released when it is freed.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
     try:
-        with Image.open(io.BytesIO(base64.b64decode(payload, validate=True))) as picture:
-            return np.asarray(picture.convert("RGB"), dtype=np.uint8)
-    except (binascii.Error, UnidentifiedImageError, OSError) as exc:
-        raise ValueError(f"the {media_type} data URI does not hold a readable image: {exc}") from None
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):  # not glibc
+        return False
 
 
-class SessionRequest(BaseModel):
-    """`POST /sessions`: open a session for one episode."""
+def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAPI:
+    """A FastAPI app serving `toolshed`, which the app starts on startup and closes on shutdown.
 
-    images: list[str] = Field(description="The task's images as PNG or JPEG base64 data URIs.")
-    attachments: list[dict[str, Any] | None] | None = Field(
-        default=None, description="Metadata for the tools, one JSON object per image (None: none)."
-    )
-    seed: int | None = Field(default=None, description="The session seed; enters every call's random seed.")
-
-
-class SessionResponse(BaseModel):
-    """The id of a new session and how many images it holds."""
-
-    id: str
-    image_count: int
-
-
-class ImageRequest(BaseModel):
-    """`POST /sessions/{id}/images`: append an image to the conversation."""
-
-    image: str = Field(description="A PNG or JPEG base64 data URI.")
-    attachment: dict[str, Any] | None = Field(default=None, description="The image's metadata for the tools.")
-
-
-class ImageResponse(BaseModel):
-    """The `image_index` the added image got."""
-
-    index: int
-
-
-class CallRequest(BaseModel):
-    """One tool call of `POST /sessions/{id}/calls` (the body is a list of these)."""
-
-    name: str = Field(description='The public tool method name, e.g. "echo.echo".')
-    # Any JSON, not only objects: the Toolshed answers other shapes with the error result the model
-    # would get in process, rather than the request failing as a whole.
-    arguments: Any = Field(
-        default=None, description='A JSON object (or its text); "$name" strings refer to variables.'
-    )
-
-
-class CallResponse(BaseModel):
-    """The result of one call, as the model and the rollout see it."""
-
-    text: str
-    is_error: bool
-    variables: list[str] = Field(description="Names of the variables stored (their values stay here).")
-    value: Any = Field(default=None, description="The structured result (JSON), beside the text.")
-    images: list[str] = Field(default_factory=list, description="PNG data URIs; only with ?images=true.")
-    image_indices: list[int] = Field(
-        default_factory=list, description="The conversation indices the session gave the tool's pictures."
-    )
-
-
-class HealthResponse(BaseModel):
-    """`GET /health`."""
-
-    status: Literal["ok"] = "ok"
-    profile: str | None
-    tool_methods: int
-    open_sessions: int
-
-
-def create_app(toolshed: Toolshed) -> FastAPI:
-    """A FastAPI app serving `toolshed`, which the app starts on startup and closes on shutdown."""
+    `limits` (default: `ServerLimits()`) sets what requests are accepted; the Toolshed's own memory,
+    session and queue limits are set where it is made (`toolshed_for`).
+    """
+    limits = limits or ServerLimits()
+    in_flight = 0  # tool calls admitted and not yet answered
+    refused = 0  # tool calls turned away with a 503
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with toolshed:
             yield
 
-    app = FastAPI(title="spacetools Toolshed", lifespan=lifespan)
+    app = FastAPI(
+        title="spacetools Toolshed",
+        lifespan=lifespan,
+        max_body_size=limits.max_body_bytes,
+        default_response_class=SafeJSONResponse,
+    )
+    if limits.token is not None:
+        app.add_middleware(BearerTokenMiddleware, token=limits.token)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_request: Request, exc: RequestValidationError) -> Response:
+        # The default handler echoes the input back, which may be what could not be encoded.
+        errors = [{key: error.get(key) for key in ("type", "loc", "msg")} for error in exc.errors()]
+        return SafeJSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        cause = exc.__cause__
+        # FastAPI answers 400 for a body json cannot read though it is JSON: an integer of more digits
+        # than Python converts, or nesting deeper than its recursion limit. Say which, as a 422.
+        if exc.status_code == 400 and isinstance(cause, ValueError | RecursionError):
+            reason = "it is nested too deeply" if isinstance(cause, RecursionError) else str(cause)
+            return SafeJSONResponse({"detail": f"the body cannot be read as JSON: {reason}"}, status_code=422)
+        return await http_exception_handler(request, exc)
 
     def open_session(session_id: str) -> Session:
         try:
@@ -158,34 +137,51 @@ def create_app(toolshed: Toolshed) -> FastAPI:
                 f"session {session_id} is closed, expired or unknown; open a new one with POST /sessions",
             ) from None
 
-    async def decode_or_422(uris: list[str]) -> list[np.ndarray]:
+    async def decode_images(data_urls: list[str]) -> list[np.ndarray]:
         # Decoding runs in threads so large uploads do not stall the calls of other sessions.
         try:
-            return list(await asyncio.gather(*(asyncio.to_thread(decode_image, uri) for uri in uris)))
-        except ValueError as exc:
+            return list(
+                await asyncio.gather(
+                    *(
+                        asyncio.to_thread(imagecodec.decode, url, max_pixels=limits.max_image_pixels)
+                        for url in data_urls
+                    )
+                )
+            )
+        except imagecodec.ImageTooLargeError as exc:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
+        except imagecodec.ImageDecodeError as exc:
             raise HTTPException(422, str(exc)) from None
 
     async def to_response(result: ToolResult, with_images: bool) -> CallResponse:
         images = (
-            [await asyncio.to_thread(encode_image, image) for image in result.images] if with_images else []
+            [await asyncio.to_thread(imagecodec.to_data_url, image) for image in result.images]
+            if with_images
+            else []
         )
         return CallResponse(
             text=result.text,
             is_error=result.is_error,
             variables=sorted(result.variables),
-            value=result.value,
             images=images,
+            value=_jsonable_or_none(result.value),
             image_indices=result.image_indices,
         )
 
     @app.get("/health")
     async def health() -> HealthResponse:
-        """Liveness, with the realism profile and the size of the service."""
+        """Liveness, with the realism profile, the size of the service and each tool's availability."""
         stats = toolshed.stats()
+        tools = {
+            name: ToolAvailability.model_validate(toolshed.router(name).availability())
+            for name in stats["tools"]
+        }
         return HealthResponse(
+            status="ok" if all(tool.available for tool in tools.values()) else "degraded",
             profile=toolshed.profile,
             tool_methods=len(toolshed.specs()),
             open_sessions=stats["sessions"]["open"],
+            tools=tools,
         )
 
     @app.get("/tools")
@@ -201,9 +197,16 @@ def create_app(toolshed: Toolshed) -> FastAPI:
     @app.post("/sessions", status_code=status.HTTP_201_CREATED)
     async def create_session(request: SessionRequest) -> SessionResponse:
         """Open a session with the task's images."""
-        images = await decode_or_422(request.images)
+        images = await decode_images(request.images)
+        attachments = request.attachments
+        if attachments is not None and len(attachments) != len(images):
+            raise HTTPException(422, f"got {len(images)} images but {len(attachments)} attachments")
         try:
-            session = toolshed.open_session(images, request.attachments, seed=request.seed)
+            session = toolshed.open_session(images, _checked(attachments), seed=request.seed)
+        except TooManySessionsError as exc:
+            raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from None
+        except MemoryLimitError as exc:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
         return SessionResponse(id=session.id, image_count=len(session.images))
@@ -212,22 +215,44 @@ def create_app(toolshed: Toolshed) -> FastAPI:
     async def call(
         session_id: str,
         calls: list[CallRequest],
-        images: bool = Query(False, description="Return the images tools made, as PNG data URIs."),
+        request: Request,
+        images: Annotated[bool, Query(description="Return the images tools made, as PNG data URLs.")] = False,
     ) -> list[CallResponse]:
-        """Run a turn's calls in parallel; results in call order, tool failures as error results."""
+        """Run a turn's calls in parallel; results in call order, tool failures as error results.
+
+        Refused with 503 while the server holds `max_calls_in_flight` calls; cancelled when the client
+        disconnects before the results are ready.
+        """
+        nonlocal in_flight, refused
         session = open_session(session_id)
-        results = await session.call_many([(item.name, item.arguments) for item in calls])
+        if in_flight + len(calls) > limits.max_calls_in_flight:
+            refused += len(calls)
+            raise HTTPException(
+                status.HTTP_503_SERVICE_UNAVAILABLE,
+                f"the server is at its limit of {limits.max_calls_in_flight} tool calls in flight; "
+                "retry later",
+                headers={"Retry-After": "1"},
+            )
+        in_flight += len(calls)
+        try:
+            results = await _unless_disconnected(
+                request, session.call_many([(item.name, item.arguments) for item in calls])
+            )
+        finally:
+            in_flight -= len(calls)
+        if results is None:  # nobody is listening any more
+            return []
         return [await to_response(result, images) for result in results]
 
     @app.post("/sessions/{session_id}/images", status_code=status.HTTP_201_CREATED)
     async def add_image(session_id: str, request: ImageRequest) -> ImageResponse:
         """Append an image (e.g. one a tool drew) to the conversation."""
         session = open_session(session_id)
-        (image,) = await decode_or_422([request.image])
+        (image,) = await decode_images([request.image])
         try:
-            return ImageResponse(index=session.add_image(image, request.attachment))
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
+            return ImageResponse(index=session.add_image(image, _checked([request.attachment])[0]))
+        except MemoryLimitError as exc:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
 
     @app.delete("/sessions/{session_id}", status_code=status.HTTP_204_NO_CONTENT)
     async def close_session(session_id: str) -> Response:
@@ -237,7 +262,70 @@ def create_app(toolshed: Toolshed) -> FastAPI:
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
-        """Live statistics: per tool (calls, errors, latency, queues) and sessions."""
-        return toolshed.stats()
+        """Live statistics: per tool (calls, errors, latency, queues, availability), sessions, calls."""
+        return {**toolshed.stats(), "calls_in_flight": in_flight, "calls_refused": refused}
 
     return app
+
+
+def _checked(attachments: Sequence[Attachment] | None) -> list[Attachment] | None:
+    """The attachments, with a clear 422 for a simulated scene that is not a scene spec JSON string."""
+    for attachment in attachments or []:
+        scene = (attachment or {}).get("scene")
+        if scene is not None and not isinstance(scene, str):
+            raise HTTPException(422, "an attachment's 'scene' must be the scene spec as a JSON string")
+    return None if attachments is None else list(attachments)
+
+
+def _jsonable_or_none(value: Any) -> Any:
+    """`value` if it can be written as JSON, else None (the text still carries the result)."""
+    if value is None:
+        return None
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return value
+
+
+async def _unless_disconnected(request: Request, work: Any) -> Any:
+    """The result of `work`, or None (with `work` cancelled) when the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    # The body is read, so the next message of the request is the client's disconnect.
+    disconnect = asyncio.ensure_future(request.receive())
+    try:
+        while True:
+            await asyncio.wait({task, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            if disconnect.result()["type"] == "http.disconnect":
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+                return None
+            disconnect = asyncio.ensure_future(request.receive())
+    finally:
+        disconnect.cancel()
+        if not task.done():
+            task.cancel()
+
+
+class BearerTokenMiddleware:
+    """Refuses (401) every request but `GET /health` that does not carry `Authorization: Bearer <token>`."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not secrets.compare_digest(given, self._expected):
+                response = SafeJSONResponse(
+                    {"detail": "this Toolshed requires 'Authorization: Bearer <token>'"},
+                    status_code=status.HTTP_401_UNAUTHORIZED,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

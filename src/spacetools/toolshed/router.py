@@ -1,7 +1,10 @@
 """The router of one tool: a pool of instances, a fair queue of callers, a per-call timeout and statistics.
 
 Every failure becomes an error result: a tool exception (sanitized by the instance), a timeout (the
-instance is killed and replaced, since it may still be busy) or a crash (the instance is replaced).
+instance is killed and replaced, since it may still be busy), a crash (the instance is replaced) or a
+wait in the queue past `max_queue_wait_s`. An instance whose restart fails is retried in the background
+with capped exponential back-off for as long as the router runs; while no instance is live, callers are
+turned away at once ("unavailable"), and the tool comes back as soon as a restart succeeds.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from spacetools.toolshed.backends.base import Instance, InstanceCrashed
 
 __all__ = ["ToolRouter", "ToolStats"]
 
-_RESTART_ATTEMPTS = 3
 _LATENCY_WINDOW = 10_000
+_FIRST_RETRY_S = 0.5
+_MAX_RETRY_S = 30.0
 
 
 @dataclass
@@ -33,6 +37,9 @@ class ToolStats:
     timeouts: int = 0
     crashes: int = 0
     restarts: int = 0
+    failed_restarts: int = 0
+    queue_timeouts: int = 0
+    cancelled: int = 0
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     waits_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
 
@@ -53,7 +60,8 @@ def _percentiles_ms(samples: deque[float]) -> dict[str, float | None]:
 
 
 class _Unavailable:
-    """Put in the free queue to turn every waiting and later caller away with `message`."""
+    """Put in the free queue to turn every waiting and later caller away with `message` (while it is the
+    router's current marker: a stale one, from before a recovery, is dropped by whoever takes it)."""
 
     def __init__(self, message: str) -> None:
         self.message = message
@@ -69,9 +77,14 @@ class ToolRouter:
         instances: int,
         timeout_s: float,
         backend: str,
+        *,
+        max_queue_wait_s: float | None = None,
+        max_retry_s: float = _MAX_RETRY_S,
     ) -> None:
         self.name = name
         self.timeout_s = timeout_s
+        self.max_queue_wait_s = max_queue_wait_s
+        self.max_retry_s = max_retry_s
         self.backend = backend
         self.stats = ToolStats()
         self._make_instance = make_instance
@@ -82,12 +95,30 @@ class ToolRouter:
         self._busy = 0
         self._replacements: set[asyncio.Task[None]] = set()
         self._started = False
+        self._closed = False
         self._unavailable: _Unavailable | None = None
+        self._down = 0  # instance slots whose restart failed and is being retried
 
     @property
     def instances(self) -> list[Instance]:
         """The current instances (replaced ones drop out)."""
         return list(self._instances)
+
+    @property
+    def available(self) -> bool:
+        """Whether calls can be served now (False while every instance is failing to restart)."""
+        return self._started and self._unavailable is None
+
+    def availability(self) -> dict[str, Any]:
+        """Whether the tool is available, its live instances and, while unavailable, why."""
+        live = sum(instance.alive for instance in self._instances)
+        detail = None if self._unavailable is None else self._unavailable.message
+        return {
+            "available": self.available,
+            "live_instances": live,
+            "instances": self._size,
+            "detail": detail,
+        }
 
     async def start(self) -> None:
         """Start every instance at once; if one fails, stop them all and raise."""
@@ -105,6 +136,7 @@ class ToolRouter:
 
     async def close(self) -> None:
         """Turn callers away and kill every instance."""
+        self._closed = True
         self._turn_away(f"the {self.name} tool was shut down")
         for task in list(self._replacements):
             task.cancel()
@@ -112,11 +144,26 @@ class ToolRouter:
         await asyncio.gather(*(instance.kill() for instance in self._instances))
 
     async def call(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Queue for a free instance, run the call under the timeout, and always return a result."""
+        """Queue for a free instance, run the call under the timeout, and always return a result.
+
+        Cancelling the call (its client went away) frees its place in the queue, or replaces the
+        instance that was running it.
+        """
         queued_at = time.perf_counter()
         self._waiting += 1
         try:
-            instance = await self._next_instance()
+            instance = await asyncio.wait_for(self._next_instance(), self.max_queue_wait_s)
+        except asyncio.TimeoutError:
+            self.stats.queue_timeouts += 1
+            result = ToolResult.error(
+                f"TimeoutError: {method} waited {self.max_queue_wait_s:g} s for a free {self.name} "
+                "instance; the tool is overloaded, try again later"
+            )
+            self.stats.record(result, time.perf_counter() - queued_at)
+            return result
+        except asyncio.CancelledError:
+            self.stats.cancelled += 1
+            raise
         finally:
             self._waiting -= 1
         started_at = time.perf_counter()
@@ -133,6 +180,9 @@ class ToolRouter:
         except asyncio.TimeoutError:
             self.stats.timeouts += 1
             result = ToolResult.error(f"TimeoutError: {method} did not finish within {self.timeout_s:g} s")
+        except asyncio.CancelledError:
+            self.stats.cancelled += 1
+            raise
         except InstanceCrashed as exc:
             self.stats.crashes += 1
             result = ToolResult.error(
@@ -162,6 +212,10 @@ class ToolRouter:
             "timeouts": stats.timeouts,
             "crashes": stats.crashes,
             "restarts": stats.restarts,
+            "failed_restarts": stats.failed_restarts,
+            "queue_timeouts": stats.queue_timeouts,
+            "cancelled": stats.cancelled,
+            **self.availability(),
             "latency_ms": _percentiles_ms(stats.latencies_s),
             "queue_wait_ms": _percentiles_ms(stats.waits_s),
             "queue_depth": self._waiting,
@@ -175,6 +229,8 @@ class ToolRouter:
         while True:
             instance = await self._free.get()
             if isinstance(instance, _Unavailable):
+                if instance is not self._unavailable:
+                    continue  # stale: the tool recovered since
                 self._free.put_nowait(instance)  # leave it for the next caller too
                 return instance
             if instance.alive:
@@ -188,24 +244,39 @@ class ToolRouter:
         task.add_done_callback(self._replacements.discard)
 
     async def _replace(self, old: Instance) -> None:
+        """Start a new instance in place of `old`, retrying with capped back-off until one starts."""
         await old.kill()
-        failure: BaseException | None = None
-        for attempt in range(_RESTART_ATTEMPTS):
+        attempt = 0
+        while True:
             new = self._make_instance()
             try:
                 await new.start()
             except Exception as exc:
-                failure = exc
                 await new.kill()
-                await asyncio.sleep(0.5 * 2**attempt)
+                self.stats.failed_restarts += 1
+                if attempt == 0:
+                    self._down += 1
+                    if self._down == self._size:  # nothing left to serve calls
+                        self._turn_away(f"the {self.name} tool is unavailable (restarting): {exc}")
+                await asyncio.sleep(min(_FIRST_RETRY_S * 2 ** min(attempt, 16), self.max_retry_s))
+                attempt += 1
                 continue
-            self._instances = [new if instance is old else instance for instance in self._instances]
-            self.stats.restarts += 1
-            self._free.put_nowait(new)
-            return
-        self._instances = [instance for instance in self._instances if instance is not old]
-        if not self._instances:
-            self._turn_away(f"the {self.name} tool is unavailable: {failure}")
+            break
+        self._instances = [new if instance is old else instance for instance in self._instances]
+        self.stats.restarts += 1
+        if attempt > 0:
+            self._down -= 1
+            if self._unavailable is not None and not self._closed:
+                self._come_back()
+        self._free.put_nowait(new)
+
+    def _come_back(self) -> None:
+        """Take the unavailable marker out of the free queue: callers wait for instances again."""
+        self._unavailable = None
+        queued = [self._free.get_nowait() for _ in range(self._free.qsize())]
+        for item in queued:
+            if not isinstance(item, _Unavailable):
+                self._free.put_nowait(item)
 
     def _turn_away(self, message: str) -> None:
         if self._unavailable is None:

@@ -1,9 +1,11 @@
 """Per-episode session state and the store that bounds its memory and lifetime.
 
 A session holds the conversation's images (each with an attachment: caller metadata passed to the
-tools unread) and the named variables produced by tool calls. Variable
-memory is capped per session (least-recently-used variables are evicted first) and in total (variables
-of the least-recently-used sessions go first); idle sessions expire after a time to live.
+tools unread) and the named variables produced by tool calls. Both count
+against a per-session and a total memory cap: variables are evicted to make room (the session's
+least-recently-used first, then those of the least-recently-used sessions), while an image that does
+not fit is refused (`MemoryLimitError`). The number of open sessions may be capped too
+(`TooManySessionsError`), and idle sessions expire after a time to live.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import numpy as np
 from spacetools.tools.definition import ToolError
 
 __all__ = [
+    "MemoryLimitError",
     "SessionClosedError",
     "SessionState",
     "SessionStore",
+    "TooManySessionsError",
     "UnknownVariableError",
     "value_nbytes",
 ]
@@ -35,6 +39,14 @@ class UnknownVariableError(ToolError):
 
 class SessionClosedError(ToolError):
     """The session was released or expired."""
+
+
+class MemoryLimitError(ValueError):
+    """Images that do not fit in the session's or the server's memory cap (variables are evicted instead)."""
+
+
+class TooManySessionsError(RuntimeError):
+    """The store already holds its maximum number of open sessions."""
 
 
 def value_nbytes(value: Any) -> int:
@@ -67,7 +79,8 @@ class SessionState:
     #: How often each call (name and arguments) was made: a repeated call draws new noise, so a
     #: retry after a simulated transient failure can succeed, and results stay reproducible.
     call_repeats: Counter[str] = field(default_factory=Counter)
-    nbytes: int = 0
+    nbytes: int = 0  # images and variables
+    image_bytes: int = 0
     closed: bool = False
 
     def variable_names(self) -> list[str]:
@@ -84,9 +97,13 @@ class SessionStore:
         max_total_bytes: int,
         ttl_s: float,
         clock: Callable[[], float] = time.monotonic,
+        max_sessions: int | None = None,
     ) -> None:
         if max_session_bytes <= 0 or max_total_bytes <= 0 or ttl_s <= 0:
             raise ValueError("memory caps and the session time to live must be positive")
+        if max_sessions is not None and max_sessions <= 0:
+            raise ValueError(f"max_sessions must be positive, got {max_sessions}")
+        self.max_sessions = max_sessions
         self.max_session_bytes = max_session_bytes
         self.max_total_bytes = max_total_bytes
         self.ttl_s = ttl_s
@@ -101,15 +118,57 @@ class SessionStore:
 
     @property
     def total_bytes(self) -> int:
-        """Bytes held by the variables of all open sessions."""
+        """Bytes held by the images and variables of all open sessions."""
         return self._total_bytes
 
+    @property
+    def image_bytes(self) -> int:
+        """Bytes held by the images of all open sessions."""
+        return sum(state.image_bytes for state in self._sessions.values())
+
     def create(self, images: list[np.ndarray], attachments: list[dict[str, Any]], seed: int) -> SessionState:
-        """Open a session."""
+        """Open a session; `TooManySessionsError` or `MemoryLimitError` when it does not fit."""
         self.sweep()
-        state = SessionState(uuid.uuid4().hex, seed, list(images), list(attachments), self._clock())
+        if self.max_sessions is not None and len(self._sessions) >= self.max_sessions:
+            raise TooManySessionsError(
+                f"the server holds its maximum of {self.max_sessions} open sessions; "
+                "close finished sessions or retry later"
+            )
+        state = SessionState(uuid.uuid4().hex, seed, [], [], self._clock())
         self._sessions[state.id] = state
+        try:
+            self.add_images(state, images, attachments)
+        except MemoryLimitError:
+            self.release(state.id)
+            raise
         return state
+
+    def add_images(
+        self, state: SessionState, images: list[np.ndarray], attachments: list[dict[str, Any]]
+    ) -> None:
+        """Append images to a session, counted in its memory; `MemoryLimitError` (nothing added) when
+        they do not fit even after evicting variables."""
+        size = sum(image.nbytes for image in images)
+        if state.image_bytes + size > self.max_session_bytes:
+            raise MemoryLimitError(
+                f"the session's images would take {state.image_bytes + size:,} bytes, over the limit of "
+                f"{self.max_session_bytes:,} bytes per session"
+            )
+        state.image_bytes += size
+        state.nbytes += size
+        self._total_bytes += size
+        self._enforce_session_cap(state)
+        self._enforce_total_cap()
+        if self._total_bytes > self.max_total_bytes:  # only images are left: refuse these
+            state.image_bytes -= size
+            state.nbytes -= size
+            self._total_bytes -= size
+            raise MemoryLimitError(
+                f"the server's sessions hold {self._total_bytes:,} bytes of images; {size:,} more would "
+                f"pass its limit of {self.max_total_bytes:,} bytes; close finished sessions or retry later"
+            )
+        state.images.extend(images)
+        state.attachments.extend(attachments)
 
     def get(self, session_id: str) -> SessionState:
         """The open session with this id, marked as just used; `SessionClosedError` if there is none."""
@@ -165,7 +224,7 @@ class SessionStore:
         for name, value in variables.items():
             self._remove_variable(state, name)
             size = value_nbytes(value)
-            if size > self.max_session_bytes or size > self.max_total_bytes:
+            if size > self.max_session_bytes - state.image_bytes or size > self.max_total_bytes:
                 state.evicted.add(name)
                 continue
             state.variables[name] = (value, size)
@@ -177,7 +236,7 @@ class SessionStore:
         return [name for name in variables if name not in state.variables]
 
     def _enforce_session_cap(self, state: SessionState) -> None:
-        while state.nbytes > self.max_session_bytes:
+        while state.nbytes > self.max_session_bytes and state.variables:
             self._evict_oldest(state)
 
     def _enforce_total_cap(self) -> None:
@@ -206,6 +265,7 @@ class SessionStore:
         state.images.clear()
         state.attachments.clear()
         state.nbytes = 0
+        state.image_bytes = 0
         state.closed = True
 
 

@@ -20,7 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import ToolContext, ToolError, ToolMethod, ToolResult, ToolSpec, tool_methods
+from spacetools.tools.definition import (
+    ToolContext,
+    ToolError,
+    ToolMethod,
+    ToolResult,
+    ToolSpec,
+    error_result,
+    tool_methods,
+)
 from spacetools.toolshed.backends import BACKENDS
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
@@ -38,6 +46,9 @@ from spacetools.toolshed.variables import resolve_references
 __all__ = ["Session", "Toolshed"]
 
 Arguments = Mapping[str, Any] | str | None
+
+#: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
+MAX_ARGUMENT_DEPTH = 32
 
 
 class Session:
@@ -82,7 +93,7 @@ class Session:
 
         Pictures that tools return are added by the session itself (see `ToolResult.image_indices`).
         """
-        return _append_image(self._state, image, attachment)
+        return self._shed._append_image(self._state, image, attachment)
 
     def set_variable(self, name: str, value: Any) -> bool:
         """Store a variable as a tool would; False when it exceeds the memory limit and was not kept."""
@@ -113,21 +124,30 @@ class Toolshed:
         max_session_bytes: int = 512 * 2**20,
         max_total_bytes: int = 4 * 2**30,
         session_ttl_s: float = 3600.0,
+        max_sessions: int | None = None,
+        max_queue_wait_s: float | None = None,
     ) -> None:
-        """Serve `deployments` (or a named tool set).
-
-        `profile` (kept for callers written before realism became a deployment setting) sets the
-        ``"profile"`` setting of every deployment whose tool understands one.
+        """
+        Args:
+            max_session_bytes: Images and variables one session may hold.
+            max_total_bytes: Images and variables all sessions together may hold.
+            session_ttl_s: Idle time after which a session expires.
+            max_sessions: Open sessions at once (`TooManySessionsError` past it); None: no cap.
+            max_queue_wait_s: Longest a call waits for a free instance before it is answered with a
+                timeout error; None: as long as it takes (each call still has its tool's timeout).
         """
         if isinstance(deployments, str):
             deployments = get_toolset(deployments)
         if not deployments:
             raise ValueError("a Toolshed needs at least one tool deployment")
-        if profile is not None:
+        if profile is not None:  # kept for callers from before realism became a deployment setting
             deployments = [deployment.with_setting("profile", profile) for deployment in deployments]
         self.profile = profile
         self.seed = seed
-        self._store = SessionStore(max_session_bytes, max_total_bytes, session_ttl_s)
+        self._store = SessionStore(
+            max_session_bytes, max_total_bytes, session_ttl_s, max_sessions=max_sessions
+        )
+        self._max_queue_wait_s = max_queue_wait_s
         self._routers: dict[str, ToolRouter] = {}
         self._methods: dict[str, tuple[ToolRouter, ToolMethod]] = {}
         self._unknown_calls = 0
@@ -146,7 +166,12 @@ class Toolshed:
             return make(deployment.tool, deployment.config, tool_class.name)
 
         router = ToolRouter(
-            tool_class.name, make_instance, deployment.instances, deployment.timeout_s, deployment.backend
+            tool_class.name,
+            make_instance,
+            deployment.instances,
+            deployment.timeout_s,
+            deployment.backend,
+            max_queue_wait_s=self._max_queue_wait_s,
         )
         self._routers[tool_class.name] = router
         for method in tool_methods(tool_class).values():
@@ -212,7 +237,8 @@ class Toolshed:
             "sessions": {
                 "open": len(self._store),
                 "expired": self._store.expired,
-                "variable_bytes": self._store.total_bytes,
+                "variable_bytes": self._store.total_bytes - self._store.image_bytes,
+                "image_bytes": self._store.image_bytes,
                 "evictions": self._store.evictions,
             },
             "unknown_tool_calls": self._unknown_calls,
@@ -234,17 +260,19 @@ class Toolshed:
             raw = _parse_arguments(name, arguments)
             resolved = resolve_references(raw, lambda variable: self._store.lookup(state, variable))
             kwargs = method.validate(resolved)
-        except ToolError as exc:
-            result = ToolResult.error(str(exc))
+            ctx = ToolContext(
+                session_id=state.id,
+                images={i: state.images[i] for i in method.referenced_images(kwargs) if i < len(state.images)},
+                image_sizes=[(image.shape[0], image.shape[1]) for image in state.images],
+                attachments=list(state.attachments),
+                rng=np.random.default_rng(self._call_seed(state, name, raw)),
+            )
+        # Exception: whatever else the model's arguments provoke (an integer too long to write, say)
+        # is the model's error to read, not the server's.
+        except Exception as exc:
+            result = ToolResult.error(str(exc)) if isinstance(exc, ToolError) else error_result(exc)
             router.stats.record(result, time.perf_counter() - started_at)
             return result
-        ctx = ToolContext(
-            session_id=state.id,
-            images={i: state.images[i] for i in method.referenced_images(kwargs) if i < len(state.images)},
-            image_sizes=[(image.shape[0], image.shape[1]) for image in state.images],
-            attachments=list(state.attachments),
-            rng=np.random.default_rng(self._call_seed(state, name, raw)),
-        )
         result = await router.call(name, kwargs, ctx)
         self._keep_images(state, result)
         if result.variables:
@@ -254,16 +282,22 @@ class Toolshed:
                 result.text += f"\n(Note: {names} could not be kept within the session memory limit.)"
         return result
 
-    @staticmethod
-    def _keep_images(state: SessionState, result: ToolResult) -> None:
+    def _keep_images(self, state: SessionState, result: ToolResult) -> None:
         """Add the pictures a tool made to the conversation, where they are made (no client round trip)."""
         kept: list[int] = []
         for image in result.images:
             try:
-                kept.append(_append_image(state, image, None))
-            except ValueError as exc:
+                kept.append(self._append_image(state, image, None))
+            except ValueError as exc:  # a bad picture, or one over the memory limit
                 result.text += f"\n(Note: a picture the tool made was not kept: {exc})"
         result.image_indices = kept
+
+    def _append_image(self, state: SessionState, image: np.ndarray, attachment: dict[str, Any] | None) -> int:
+        """Add one image to a session, counted in its memory; returns its `image_index`."""
+        index = len(state.images)
+        check_image(image, index)
+        self._store.add_images(state, [image], [check_attachment(attachment, index)])
+        return index
 
     def _call_seed(self, state: SessionState, name: str, raw_arguments: dict[str, Any]) -> int:
         """A stable seed from the call's identity and how often it was made before in the session.
@@ -287,25 +321,35 @@ class Toolshed:
         return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
 
 
-def _append_image(state: SessionState, image: np.ndarray, attachment: dict[str, Any] | None) -> int:
-    index = len(state.images)
-    check_image(image, index)
-    state.attachments.append(check_attachment(attachment, index))
-    state.images.append(image)
-    return index
-
-
 def _parse_arguments(name: str, arguments: Arguments) -> dict[str, Any]:
     if arguments is None:
         return {}
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"the arguments for {name} are not valid JSON: {exc}") from None
+        # ValueError: an integer of more digits than Python converts; RecursionError: deep nesting.
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise ToolError(f"the arguments for {name} are not valid JSON: {reason}") from None
     if not isinstance(arguments, Mapping):
         raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
+    if _nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+        raise ToolError(f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
     return dict(arguments)
+
+
+def _nesting_depth(value: Any) -> int:
+    """How deeply lists and objects nest in `value` (iterative: the input may be hostile)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping | list | tuple):
+            deepest = max(deepest, depth)
+            if depth <= MAX_ARGUMENT_DEPTH:
+                stack.extend(
+                    (child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item)
+                )
+    return deepest
 
 
 def _digest(value: Any) -> str:

@@ -4,16 +4,30 @@ The tool is constructed and `setup()` runs inside the worker. Calls and results 
 The server watches the pipe with the event loop (no thread per call): end of file means the worker
 died, and the router then restarts it. Workers come from a forkserver where the platform has one
 (starting a worker costs milliseconds instead of a fresh interpreter), else from spawn.
+
+Workers die with the server, even in the middle of a call and even when the server is killed without
+cleanup: a thread in each worker waits on the server's process sentinel, and on Linux the kernel also
+kills the worker when its parent process goes (`PR_SET_PDEATHSIG`), for a call that holds the
+interpreter lock. That parent is the forkserver, which exits once no process holds its "alive" pipe,
+so workers close their inherited copy of it. The workers that notice the death remove the server's
+multiprocessing temporary folder (`pymp-*`), which the killed server could not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import pickle
+import shutil
 import signal
+import sys
+import threading
 from typing import Any
 
 from spacetools.tools.definition import (
@@ -82,7 +96,7 @@ class ProcessInstance:
         parent_conn, child_conn = context.Pipe(duplex=True)
         self._process = context.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child_conn, self._tool_ref, self._config),
+            args=(child_conn, self._tool_ref, self._config, multiprocessing.util.get_temp_dir()),
             name=f"toolshed-{self._name}",
             daemon=True,
         )
@@ -155,10 +169,48 @@ class ProcessInstance:
         return self._process.exitcode
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(server_temp_dir: str | None = None) -> None:
+    """Make this worker process exit as soon as the process that started it dies.
+
+    A daemon thread waits on the parent's sentinel, removes `server_temp_dir` (the dead server's
+    multiprocessing folder) and exits. On Linux the kernel also sends SIGKILL when the parent process
+    (the forkserver, which exits with the server) dies, for when the thread cannot run.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The forkserver hands each child the server's end of its "alive" pipe; while a worker holds it, the
+    # forkserver outlives a killed server and the kernel's parent-death signal never comes.
+    forkserver = getattr(multiprocessing.forkserver, "_forkserver", None)
+    alive_fd = getattr(forkserver, "_forkserver_alive_fd", None)
+    if isinstance(alive_fd, int):
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        forkserver._forkserver_alive_fd = None  # type: ignore[union-attr]
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        if server_temp_dir is not None:
+            shutil.rmtree(server_temp_dir, ignore_errors=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _worker_main(
-    conn: multiprocessing.connection.Connection, tool_ref: type[Tool] | str, config: dict
+    conn: multiprocessing.connection.Connection,
+    tool_ref: type[Tool] | str,
+    config: dict,
+    server_temp_dir: str | None = None,
 ) -> None:
     """The worker's loop: build the tool, then answer calls until the pipe closes."""
+    die_with_parent(server_temp_dir)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle, not each worker's
     try:
         tool = resolve_tool_class(tool_ref)(**config)

@@ -1,0 +1,65 @@
+"""`ServerLimits`: what one Toolshed server accepts, so that no client can exhaust it.
+
+Every limit has a safe default and a `spacetools serve` flag. A request over a limit is refused with
+an HTTP error that names the limit (413, 429 or 503), never a 500.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["TOKEN_ENV", "ServerLimits", "is_loopback"]
+
+#: The environment variable `spacetools serve` and `RemoteToolshed` read the bearer token from.
+TOKEN_ENV = "SPACETOOLS_TOOLSHED_TOKEN"
+
+
+class ServerLimits(BaseModel):
+    """The limits of one Toolshed server."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_body_bytes: int = Field(default=64 * 2**20, gt=0, description="Largest request body (413 past it).")
+    max_image_pixels: int = Field(
+        default=4096 * 4096, gt=0, description="Largest image, width x height, checked before decoding (413)."
+    )
+    max_sessions: int = Field(default=1024, gt=0, description="Open sessions at once (429 past it).")
+    max_session_bytes: int = Field(
+        default=512 * 2**20, gt=0, description="Images and variables one session may hold (413 for images)."
+    )
+    max_total_bytes: int = Field(
+        default=4 * 2**30, gt=0, description="Images and variables all sessions together may hold."
+    )
+    session_ttl_s: float = Field(default=3600.0, gt=0, description="Idle time after which a session expires.")
+    max_calls_in_flight: int = Field(
+        default=1024, gt=0, description="Tool calls admitted at once, queued or running (503 past it)."
+    )
+    max_queue_wait_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest a call waits for a free instance; it then gets a timeout error, so a call "
+        "is answered within this wait plus its tool's timeout.",
+    )
+    token: str | None = Field(
+        default=None, min_length=16, description="Bearer token every request but /health must carry."
+    )
+
+    def check_exposure(self, host: str) -> None:
+        """`ValueError` when the server would listen beyond loopback without a token."""
+        if self.token is None and not is_loopback(host):
+            raise ValueError(
+                f"listening on {host} exposes the tools to the network: set a bearer token "
+                f"(--token or the {TOKEN_ENV} environment variable), or listen on 127.0.0.1"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface

@@ -1,0 +1,130 @@
+"""The HTTP wire format of the Toolshed: request and response models shared by the server and the client.
+
+Pydantic only (the client must not need FastAPI). Conventions:
+
+- Images travel as base64 data URLs (`data:image/png;base64,…`; JPEG is accepted on upload), encoded
+  and decoded by `spacetools.tools.imagecodec`.
+- Variables never leave the server: a call result lists the names it stored, the model refers to them
+  as `"$name"` in later calls of the same session, and the server resolves them.
+- Tool failures are results with `is_error` true, never HTTP errors. HTTP errors mean the request
+  itself was refused, and say why in `detail`: 401 (no or a wrong bearer token), 404 (a closed,
+  expired or unknown session), 413 (a body or an image over the limits), 422 (a malformed body), 429
+  (too many open sessions), 503 (too many calls in flight; retry after the `Retry-After` seconds).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+__all__ = [
+    "Attachment",
+    "CallRequest",
+    "CallResponse",
+    "HealthResponse",
+    "ImageRequest",
+    "ImageResponse",
+    "SessionRequest",
+    "SessionResponse",
+    "ToolAvailability",
+]
+
+#: Per-image metadata for the tools (e.g. `{"scene": "<scene spec JSON>"}` for a simulated image).
+Attachment = dict[str, Any] | None
+
+
+class SessionRequest(BaseModel):
+    """`POST /sessions`: open a session for one episode."""
+
+    images: list[str] = Field(description="The task's images as PNG or JPEG base64 data URLs.")
+    attachments: list[Attachment] | None = Field(
+        default=None, description="Per-image metadata for the tools (None where an image has none)."
+    )
+    seed: int | None = Field(
+        default=None, ge=-(2**63), lt=2**64, description="The session seed; enters every call's random seed."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_scenes(cls, data: Any) -> Any:
+        # Older clients send `scenes` (one scene spec JSON per image); they are attachments now.
+        if isinstance(data, dict) and "scenes" in data:
+            data = dict(data)
+            scenes = data.pop("scenes")
+            if data.get("attachments") is None and isinstance(scenes, list):
+                data["attachments"] = [None if scene is None else {"scene": scene} for scene in scenes]
+        return data
+
+
+class SessionResponse(BaseModel):
+    """The id of a new session and how many images it holds."""
+
+    id: str
+    image_count: int
+
+
+class ImageRequest(BaseModel):
+    """`POST /sessions/{id}/images`: append an image to the conversation."""
+
+    image: str = Field(description="A PNG or JPEG base64 data URL.")
+    attachment: Attachment = Field(default=None, description="The image's metadata for the tools.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_scene(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "scene" in data:
+            data = dict(data)
+            scene = data.pop("scene")
+            if data.get("attachment") is None and scene is not None:
+                data["attachment"] = {"scene": scene}
+        return data
+
+
+class ImageResponse(BaseModel):
+    """The `image_index` the added image got."""
+
+    index: int
+
+
+class CallRequest(BaseModel):
+    """One tool call of `POST /sessions/{id}/calls` (the body is a list of these)."""
+
+    name: str = Field(description='The public tool method name, e.g. "echo.echo".')
+    # Any JSON, not only objects: the Toolshed answers other shapes with the error result the model
+    # would get in process, rather than the request failing as a whole.
+    arguments: Any = Field(
+        default=None, description='A JSON object (or its text); "$name" strings refer to variables.'
+    )
+
+
+class CallResponse(BaseModel):
+    """The result of one call, as the model and the rollout see it."""
+
+    text: str
+    is_error: bool
+    variables: list[str] = Field(description="Names of the variables stored (their values stay here).")
+    images: list[str] = Field(default_factory=list, description="PNG data URLs; only with ?images=true.")
+    value: Any = Field(default=None, description="The tool's structured (JSON) result, for code to read.")
+    image_indices: list[int] = Field(
+        default_factory=list, description="The conversation indices the session gave the tool's pictures."
+    )
+
+
+class ToolAvailability(BaseModel):
+    """Whether one tool can take calls now."""
+
+    available: bool
+    live_instances: int
+    instances: int
+    detail: str | None = Field(default=None, description="Why it is unavailable, while it is.")
+
+
+class HealthResponse(BaseModel):
+    """`GET /health`: "ok" when every tool is available, "degraded" while one is not."""
+
+    status: Literal["ok", "degraded"] = "ok"
+    profile: str | None
+    tool_methods: int
+    open_sessions: int
+    tools: dict[str, ToolAvailability] = Field(default_factory=dict)

@@ -1,0 +1,68 @@
+"""A real uvicorn server on 127.0.0.1 for the HTTP tests."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import uvicorn
+
+from spacetools.tools.definition import Tool, ToolError, ToolResult, tool_method
+from spacetools.toolshed import Toolshed
+from spacetools.toolshed.http import create_app
+from spacetools.toolshed.limits import ServerLimits
+
+
+@contextlib.contextmanager
+def serving(toolshed: Toolshed, limits: ServerLimits | None = None) -> Iterator[str]:
+    """Serve `toolshed` on a free port of 127.0.0.1 in a background thread; yields the base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(toolshed, limits), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the Toolshed server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+class GateTool(Tool):
+    """Calls block until the test opens the gate: concurrency is then seen in `/stats`, not timed."""
+
+    name = "gate"
+    opened = threading.Event()
+
+    @tool_method
+    def wait(self, label: str) -> ToolResult:
+        """Block until the gate opens, then return the label.
+
+        Args:
+            label: The text to return.
+        """
+        if not GateTool.opened.wait(60):
+            raise ToolError("the gate never opened")
+        return ToolResult(text=label)
+
+
+def wait_for_stats(http: httpx.Client, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Poll `/stats` until `check` holds (a deadline only bounds a failing test)."""
+    deadline = time.monotonic() + 30
+    while True:
+        stats = http.get("/stats").json()
+        if check(stats):
+            return stats
+        assert time.monotonic() < deadline, f"never reached: {stats}"
+        time.sleep(0.01)
