@@ -62,7 +62,7 @@ class RemoteSession:
         self,
         shed: RemoteToolshed,
         images: list[np.ndarray],
-        attachments: list[Attachment],
+        attachments: list[dict[str, Any]],
         seed: int | None,
     ) -> None:
         self._shed = shed

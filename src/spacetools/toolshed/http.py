@@ -250,9 +250,12 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         session = open_session(session_id)
         (image,) = await decode_images([request.image])
         try:
-            return ImageResponse(index=session.add_image(image, _checked([request.attachment])[0]))
+            _checked([request.attachment])
+            return ImageResponse(index=session.add_image(image, request.attachment))
         except MemoryLimitError as exc:
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
 
     @app.delete("/sessions/{session_id}", status_code=status.HTTP_204_NO_CONTENT)
     async def close_session(session_id: str) -> Response:
