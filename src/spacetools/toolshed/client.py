@@ -32,7 +32,7 @@ from pydantic import TypeAdapter
 from spacetools.tools import imagecodec
 from spacetools.tools.definition import ToolResult, ToolSpec
 from spacetools.toolshed.limits import TOKEN_ENV
-from spacetools.toolshed.session import check_image, check_session_inputs
+from spacetools.toolshed.session import check_attachment, check_image, check_session_inputs
 from spacetools.toolshed.wire import (
     Attachment,
     CallRequest,
@@ -94,10 +94,12 @@ class RemoteSession:
 
         `attachment` is the image's metadata for the tools (a scene spec JSON string is taken as
         `{"scene": …}`, as older callers pass it)."""
-        check_image(image, len(self._images))
+        index = len(self._images)
+        check_image(image, index)
+        checked = check_attachment(_attachment(attachment), index)
         self._images.append(image)
-        self._attachments.append(_attachment(attachment))
-        return len(self._images) - 1
+        self._attachments.append(checked)
+        return index
 
     async def open(self) -> str:
         """Open the server session if needed and upload pending images; returns the session id."""
@@ -111,7 +113,7 @@ class RemoteSession:
                     *(asyncio.to_thread(imagecodec.to_data_url, image) for image in self._images[:count])
                 )
                 opening = SessionRequest(
-                    images=list(urls), attachments=self._attachments[:count], seed=self._seed
+                    images=list(urls), attachments=list(self._attachments[:count]), seed=self._seed
                 )
                 response = await client.post("/sessions", json=opening.model_dump())
                 _raise_for_status(response)
