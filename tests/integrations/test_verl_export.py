@@ -21,7 +21,15 @@ def test_export_writes_tool_config_rollout_settings_and_reward_path(tmp_path: Pa
     assert result.exit_code == 0, result.output
     tools = yaml.safe_load((tmp_path / "tool_config.yaml").read_text())["tools"]
     specs = Toolshed("v1").specs()
-    assert [tool["tool_schema"] for tool in tools] == [spec.to_openai() for spec in specs]
+    assert [tool["tool_schema"]["function"]["name"] for tool in tools] == [spec.name for spec in specs]
+    # verl's schema model needs a type on every property: unions become lists of types.
+    properties = [
+        (name, prop)
+        for tool in tools
+        for name, prop in tool["tool_schema"]["function"]["parameters"]["properties"].items()
+    ]
+    assert all("type" in prop and "anyOf" not in prop for _, prop in properties)
+    assert ("focal_length_px", ["number", "string"]) in [(name, prop["type"]) for name, prop in properties]
     assert {tool["class_name"] for tool in tools} == {"spacetools.integrations.verl.tool.ToolshedTool"}
     assert all(tool["config"] == {"type": "native", "url": "http://127.0.0.1:9000"} for tool in tools)
 

@@ -17,6 +17,7 @@ import yaml
 
 from spacetools.agent.protocol import DEFAULT_MAX_TOOL_RESPONSE_CHARS
 from spacetools.rewards import dispatch
+from spacetools.tools.definition import ToolSpec
 from spacetools.toolshed import Toolshed
 
 TOOL_CLASS = "spacetools.integrations.verl.tool.ToolshedTool"
@@ -37,6 +38,24 @@ class VerlExport:
     overrides: Path
 
 
+def verl_tool_schema(spec: ToolSpec) -> dict[str, Any]:
+    """The OpenAI function schema in the form verl's schema model reads.
+
+    verl wants a ``type`` on every property; a union (``anyOf`` of plain types, e.g. a number or a
+    ``"$name"`` reference) becomes the equivalent list of types.
+    """
+    schema = spec.to_openai()
+    properties = schema["function"]["parameters"].get("properties", {})
+    for name, prop in properties.items():
+        options = prop.get("anyOf")
+        if "type" not in prop and options and all(set(option) == {"type"} for option in options):
+            properties[name] = {
+                "type": [option["type"] for option in options],
+                **{key: value for key, value in prop.items() if key != "anyOf"},
+            }
+    return schema
+
+
 def tool_config(toolset: str, url: str) -> dict[str, Any]:
     """verl's tool config for every tool method of ``toolset``, served at ``url``."""
     return {
@@ -44,7 +63,7 @@ def tool_config(toolset: str, url: str) -> dict[str, Any]:
             {
                 "class_name": TOOL_CLASS,
                 "config": {"type": "native", "url": url},
-                "tool_schema": spec.to_openai(),
+                "tool_schema": verl_tool_schema(spec),
             }
             for spec in Toolshed(toolset).specs()
         ]
