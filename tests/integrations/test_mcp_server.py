@@ -136,6 +136,14 @@ async def _exercise(session: ClientSession, scene: dict[str, Any], image: str) -
     (same,) = [part for part in again.content if part.type == "image"]
     np.testing.assert_array_equal(imagecodec.decode(base64.b64decode(same.data)), expected)
 
+    # Malformed calls are results the client reads, not broken connections.
+    no_session = await session.call_tool("depth_estimator-estimate_depth", {"image_index": 0})
+    assert no_session.is_error and "session_id" in _text(no_session)
+    bad_type = await session.call_tool(
+        "depth_estimator-estimate_depth", {"session_id": session_id, "image_index": "x"}
+    )
+    assert bad_type.is_error and _text(bad_type).startswith("Error:")
+
     failed = await session.call_tool(
         "depth_estimator-estimate_depth", {"session_id": session_id, "image_index": 9}
     )
