@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 
-.PHONY: install demo test fuzz lint format bench clean
+.PHONY: install demo test fuzz test-verl lint format bench clean
 
 install: $(STAMP)
 
@@ -29,6 +29,15 @@ test: install
 fuzz: install
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/fuzz
 
+# verl's adapter with verl's own classes, in a venv of its own (verl 0.9.1 pins its transformers).
+# Not part of `make test`: it installs several GB.
+VERL_VENV := .venv-verl
+test-verl:
+	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install --quiet "torch==2.13.0" "verl==0.9.1" cachetools \
+		pytest pytest-timeout -e ".[server]"
+	SPACETOOLS_REQUIRE_VERL=1 RAY_AUTH_MODE=disabled $(VERL_VENV)/bin/python -m pytest -q -rs tests/verl_adapter
+
 lint: install
 	$(BIN)/ruff check --fix src tests benchmarks
 	$(BIN)/ruff format src tests benchmarks
@@ -40,4 +49,4 @@ bench: install
 	$(BIN)/python benchmarks/rollout_throughput.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache

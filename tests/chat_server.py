@@ -1,7 +1,8 @@
 """Real OpenAI-compatible chat-completions servers on 127.0.0.1, for the policy and eval tests.
 
-`ScriptedChatServer` replies from a script: each step is a reply text, an HTTP status to fail with
-(429, 500, …), or a delay in seconds (a float) before the next step, to provoke a client timeout.
+`ScriptedChatServer` replies from a script: each step is a reply text, an assistant message (a dict,
+e.g. with native ``tool_calls``), an HTTP status to fail with (429, 500, …), or a delay in seconds (a
+float) before the next step, to provoke a client timeout.
 `RespondingChatServer` replies with ``respond(request_body)``, so a test can play a model that reads
 the question and the tool responses it is sent, whatever order concurrent episodes arrive in.
 """
@@ -20,7 +21,9 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-Step = str | int | float
+# A reply: its text, or the whole assistant message (``content`` and/or ``tool_calls``).
+Reply = str | dict[str, Any]
+Step = Reply | int | float
 
 
 class ChatServer:
@@ -62,8 +65,8 @@ class ChatServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    async def reply(self, body: dict[str, Any]) -> str | int:
-        """The reply text, or an HTTP status code to fail with."""
+    async def reply(self, body: dict[str, Any]) -> Reply | int:
+        """The reply (text or assistant message), or an HTTP status code to fail with."""
         raise NotImplementedError
 
     async def _complete(self, request: Request) -> JSONResponse:
@@ -79,6 +82,7 @@ class ChatServer:
             return JSONResponse(
                 {"error": {"message": f"scripted {step}"}}, status_code=step, headers={"retry-after-ms": "10"}
             )
+        message = {"content": step} if isinstance(step, str) else {"content": None, **step}
         return JSONResponse(
             {
                 "id": f"chatcmpl-{len(self.requests)}",
@@ -86,7 +90,11 @@ class ChatServer:
                 "created": 0,
                 "model": body.get("model", ""),
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": step}, "finish_reason": "stop"}
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", **message},
+                        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                    }
                 ],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
             }
@@ -100,7 +108,7 @@ class ScriptedChatServer(ChatServer):
         super().__init__()
         self.script: deque[Step] = deque()
 
-    async def reply(self, body: dict[str, Any]) -> str | int:
+    async def reply(self, body: dict[str, Any]) -> Reply | int:
         step = self.script.popleft() if self.script else "<answer>out of script</answer>"
         if isinstance(step, float):
             # Take the delayed reply now, so a retry sent during the delay gets the step after it.
@@ -112,9 +120,9 @@ class ScriptedChatServer(ChatServer):
 class RespondingChatServer(ChatServer):
     """Replies with ``respond(request_body)``."""
 
-    def __init__(self, respond: Callable[[dict[str, Any]], str]) -> None:
+    def __init__(self, respond: Callable[[dict[str, Any]], Reply]) -> None:
         super().__init__()
         self.respond = respond
 
-    async def reply(self, body: dict[str, Any]) -> str | int:
+    async def reply(self, body: dict[str, Any]) -> Reply | int:
         return self.respond(body)

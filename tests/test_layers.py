@@ -10,6 +10,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "spacetools"
 # Each layer may import the layers listed for it (and itself). `rewards` imports nothing, so that verl
 # can load it as a file; its answer-format parsers are also read by the scripted expert in `agent`.
+# `integrations` (verl, MCP) sits on top: only `cli` imports it.
 ALLOWED: dict[str, set[str]] = {
     "sim": set(),
     "tools": {"sim"},
@@ -18,7 +19,8 @@ ALLOWED: dict[str, set[str]] = {
     "rewards": set(),
     "bench": {"sim", "tools", "toolshed", "agent", "rewards"},
     "train": {"sim", "tools", "toolshed", "agent", "rewards", "bench"},
-    "cli": {"sim", "tools", "toolshed", "agent", "rewards", "bench", "train"},
+    "integrations": {"sim", "tools", "toolshed", "agent", "rewards", "bench", "train"},
+    "cli": {"sim", "tools", "toolshed", "agent", "rewards", "bench", "train", "integrations"},
 }
 
 

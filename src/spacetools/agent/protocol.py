@@ -176,9 +176,14 @@ def format_tool_response(
     text = result if isinstance(result, str) else result.text
     body = truncate_middle(text, max_chars)
     if image_indices:
-        listed = ", ".join(str(i) for i in image_indices)
-        body += f"\n[The tool returned {len(image_indices)} image(s), now image_index {listed}.]"
+        body += f"\n{image_note(image_indices)}"
     return f"<tool_response>\n{body}\n</tool_response>"
+
+
+def image_note(image_indices: Sequence[int]) -> str:
+    """The line telling the model which ``image_index`` the images a tool returned now have."""
+    listed = ", ".join(str(i) for i in image_indices)
+    return f"[The tool returned {len(image_indices)} image(s), now image_index {listed}.]"
 
 
 def tool_message(

@@ -1,18 +1,20 @@
-"""`spacetools serve`: run a tool set as an HTTP Toolshed server, for rollouts in other processes."""
+"""`spacetools serve`: run a tool set as an HTTP Toolshed server, or as an MCP server (`--mcp`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from pydantic import ValidationError
 
 from spacetools.cli.options import profile_option
+from spacetools.toolshed import Toolshed
 from spacetools.toolshed.limits import TOKEN_ENV, ServerLimits
 from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
 
 _DEFAULTS = ServerLimits()
 _LIMITS = "Limits"
+MCP_TRANSPORTS = ("stdio", "streamable-http")
 
 
 def serve(
@@ -56,17 +58,25 @@ def serve(
         float,
         typer.Option(min=0.001, help="Longest a call waits for a free instance.", rich_help_panel=_LIMITS),
     ] = _DEFAULTS.max_queue_wait_s,
+    mcp: Annotated[bool, typer.Option("--mcp", help="Serve the tools over MCP instead.")] = False,
+    mcp_transport: Annotated[
+        str,
+        typer.Option(help=f"MCP transport: {', '.join(MCP_TRANSPORTS)} (at http://HOST:PORT/mcp)."),
+    ] = "stdio",
 ) -> None:
-    """Serve a tool set over HTTP until interrupted (clients: `spacetools.toolshed.client.RemoteToolshed`)."""
-    # Imported here so the rest of the command line does not pay for the web stack.
-    import uvicorn
+    """Serve a tool set over HTTP until interrupted (clients: `spacetools.toolshed.client.RemoteToolshed`).
 
-    from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
-
+    With `--mcp`, serve it to MCP clients instead, over stdio (a client starts the server) or
+    streamable HTTP.
+    """
     try:
         deployments = get_toolset(toolset)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--toolset") from error
+    if mcp_transport not in MCP_TRANSPORTS:
+        raise typer.BadParameter(
+            f"{mcp_transport!r} is not one of {', '.join(MCP_TRANSPORTS)}", param_hint="--mcp-transport"
+        )
     try:
         limits = ServerLimits(
             max_body_bytes=max_body_bytes,
@@ -82,10 +92,32 @@ def serve(
     except ValidationError as error:
         first = error.errors()[0]
         raise typer.BadParameter(first["msg"], param_hint=f"--{first['loc'][0]}".replace("_", "-")) from None
+    # Imported here so the rest of the command line does not pay for the web stack.
+    from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
+
+    if mcp:
+        toolshed = toolshed_for(deployments, limits, profile=profile, seed=seed)
+        _serve_mcp(toolshed, "stdio" if mcp_transport == "stdio" else "streamable-http", host, port)
+        return
     try:
         limits.check_exposure(host)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--host") from error
+    import uvicorn
+
     return_freed_memory()
     app = create_app(toolshed_for(deployments, limits, profile=profile, seed=seed), limits)
     uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+def _serve_mcp(
+    toolshed: Toolshed, transport: Literal["stdio", "streamable-http"], host: str, port: int
+) -> None:
+    from spacetools.integrations.mcp.server import create_mcp_server
+
+    # Over stdio the client runs the server on its own machine, so image file paths are its own.
+    server = create_mcp_server(toolshed, read_local_files=transport == "stdio")
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port)

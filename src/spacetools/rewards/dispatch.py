@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+if not __package__:
+    # Loaded as a file (verl's `reward.custom_reward_function.path`), perhaps from a checkout that is not
+    # installed: import the rest of the package from the tree this file lies in.
+    _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+    if _SOURCE_ROOT not in sys.path:
+        sys.path.insert(0, _SOURCE_ROOT)
 
 from spacetools.rewards.benchmarks import BENCHMARKS, Scorer, benchmark
 from spacetools.rewards.extraction import extract_answer

@@ -1,11 +1,14 @@
 """A policy backed by any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a frontier API).
 
-The model drives the same tag protocol as every other policy: no native function calling. The
+By default the model drives the same tag protocol as every other policy (``tool_mode="tags"``). The
 episode's messages become chat messages with :func:`spacetools.agent.chat.to_chat_messages`: tool
 responses go back as user messages carrying the ``<tool_response>`` text (how Qwen2.5's chat template
 renders the ``tool`` role), consecutive ones merged into one message; images travel as base64 PNG data
 URLs in ``image_url`` parts. Retries with exponential back-off on 429, 5xx, timeouts and connection
 errors are the ``openai`` client's own.
+
+``tool_mode="native"`` uses the API's function calling instead (:mod:`.native_tools`): the tools go in
+the ``tools`` parameter and the replies' ``tool_calls`` are turned back into the project's calls.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import openai
 
 from spacetools.agent.chat import to_chat_messages
+from spacetools.agent.policies.native_tools import NativeToolCalling
 from spacetools.agent.types import EpisodeState
 from spacetools.tools import imagecodec
+from spacetools.tools.definition import ToolSpec
 
 
 class _DataUrlCache:
@@ -52,6 +57,8 @@ class OpenAIPolicy:
         timeout_s: Timeout of one request, in seconds.
         max_retries: Retries after a 429, a 5xx, a timeout or a dropped connection.
         extra_body: Extra JSON fields for the request (e.g. vLLM's ``top_k``).
+        tool_mode: ``"tags"`` (the tag protocol in the text, what the released checkpoint speaks) or
+            ``"native"`` (the API's function calling).
     """
 
     name = "openai"
@@ -66,6 +73,7 @@ class OpenAIPolicy:
         timeout_s: float = 120.0,
         max_retries: int = 4,
         extra_body: dict[str, Any] | None = None,
+        tool_mode: Literal["tags", "native"] = "tags",
     ) -> None:
         if not model:
             raise ValueError("OpenAIPolicy needs a model name")
@@ -73,6 +81,8 @@ class OpenAIPolicy:
             raise ValueError(
                 f"bad limits: max_tokens={max_tokens}, timeout_s={timeout_s}, max_retries={max_retries}"
             )
+        if tool_mode not in ("tags", "native"):
+            raise ValueError(f"tool_mode must be 'tags' or 'native', got {tool_mode!r}")
         api_key = os.environ.get(api_key_env)
         if not api_key:
             if base_url is None:
@@ -82,6 +92,8 @@ class OpenAIPolicy:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
+        self.tool_mode = tool_mode
+        self._native: tuple[list[ToolSpec], NativeToolCalling] | None = None
         self._client_options: dict[str, Any] = {
             "api_key": api_key,
             "base_url": base_url,
@@ -117,14 +129,27 @@ class OpenAIPolicy:
 
         return to_chat_messages(state.messages, len(state.images), image_part, plain_text=True)
 
+    def native_tool_calling(self, specs: list[ToolSpec]) -> NativeToolCalling:
+        """The native-mode translation for these tool specs (made once per tool set)."""
+        if self._native is None or self._native[0] != specs:
+            self._native = (list(specs), NativeToolCalling(specs))
+        return self._native[1]
+
     async def act(self, state: EpisodeState) -> str:
-        """Ask the endpoint for the next assistant turn and return its text."""
+        """Ask the endpoint for the next assistant turn and return its text (tag protocol)."""
+        if self.tool_mode == "native":
+            native = self.native_tool_calling(state.tool_specs)
+            messages = native.messages(state, lambda content: self._content(content, state))
+            tools: dict[str, Any] = {"tools": native.tools} if native.tools else {}
+        else:
+            messages, tools = self.chat_messages(state), {}
         response = await self.client.chat.completions.create(
             model=self.model,
-            messages=self.chat_messages(state),  # type: ignore[arg-type]
+            messages=messages,  # type: ignore[arg-type]
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             extra_body=self.extra_body or None,
+            **tools,
         )
         self.usage["requests"] += 1
         if response.usage is not None:
@@ -132,10 +157,28 @@ class OpenAIPolicy:
             self.usage["completion_tokens"] += response.usage.completion_tokens
         if not response.choices:
             raise RuntimeError(f"the endpoint returned no choices for model {self.model!r}")
-        return response.choices[0].message.content or ""
+        message = response.choices[0].message
+        if self.tool_mode == "native":
+            return native.turn_text(message.content, message.tool_calls)
+        return message.content or ""
 
     async def aclose(self) -> None:
         """Close the HTTP client and its connections; a later :meth:`act` opens a new one."""
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+
+    def _content(
+        self, content: str | list[dict[str, Any]], state: EpisodeState
+    ) -> str | list[dict[str, Any]]:
+        """One message's content in chat-completions form (native mode builds its messages itself)."""
+        if isinstance(content, str):
+            return content
+        parts: list[dict[str, Any]] = []
+        for part in content:
+            if part.get("type") == "image":
+                url = self._image_urls.get(state.images[part["index"]])
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            else:
+                parts.append({"type": "text", "text": part.get("text", "")})
+        return parts

@@ -1,0 +1,38 @@
+"""`spacetools export`: configs for other frameworks (today: verl's trainer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("verl")
+def verl(
+    out: Annotated[Path, typer.Option(help="Folder to write the files into.")],
+    url: Annotated[
+        str, typer.Option(help="The Toolshed server the trainer's tools call (`spacetools serve`).")
+    ] = "http://127.0.0.1:8765",
+    toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
+) -> None:
+    """Write verl's tool config, the multi-turn rollout settings and the reward function path."""
+    try:
+        get_toolset(toolset)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--toolset") from error
+    if not url.startswith(("http://", "https://")):
+        raise typer.BadParameter(f"expected an http(s) URL, got {url!r}", param_hint="--url")
+    from spacetools.integrations.verl.export import export_verl
+
+    written = export_verl(toolset, url.rstrip("/"), out)
+    typer.echo(f"tool config    {written.tool_config}")
+    typer.echo(f"rollout config {written.rollout}")
+    typer.echo(f"overrides      {written.overrides}")
+    typer.echo(
+        f"train with     python -m verl.trainer.main_ppo $(cat {written.overrides}) <your data and model>"
+    )

@@ -1,0 +1,1 @@
+"""MCP front of the Toolshed: `spacetools serve --mcp` (:mod:`.server`)."""

@@ -1,0 +1,199 @@
+"""The Toolshed as an MCP server (`spacetools serve --mcp`), on the `mcp` 2.x server API.
+
+An MCP client works in sessions, as the rollout does: it opens one with its images, calls tools on it,
+and closes it. Three tools manage sessions, and every Toolshed tool method is one MCP tool:
+
+- ``open_session(images, scenes=None, seed=None)``: images as PNG/JPEG data URLs (or, over stdio, file
+  paths), with the scene spec JSON of each simulated image; answers the ``session_id``;
+- ``add_image(session_id, image, scene=None)``: one more image, answering its ``image_index``;
+- ``close_session(session_id)``;
+- each tool method, named as function-calling APIs accept (``sam2.segment_from_point`` becomes
+  ``sam2-segment_from_point``, see :class:`~spacetools.tools.function_names.FunctionNames`), takes the
+  tool's own arguments plus ``session_id``. Its result is the tool's text, then the images it made as
+  image content; those images join the session under the indices the text names. Tool failures are
+  results with ``isError`` set, as the model would read them in the rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools.base import Tool as MCPTool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp_types import CallToolResult, ImageContent, TextContent
+from pydantic import ConfigDict
+
+from spacetools.agent.protocol import image_note
+from spacetools.tools import imagecodec
+from spacetools.tools.definition import ToolResult, ToolSpec
+from spacetools.tools.function_names import FunctionNames
+from spacetools.toolshed.shed import Session, Toolshed
+
+__all__ = ["SESSION_ID", "create_mcp_server"]
+
+SESSION_ID = "session_id"
+_SESSION_ID_SCHEMA = {"type": "string", "description": "The session from open_session."}
+
+
+class _Arguments(ArgModelBase):
+    """Hands the arguments on as they came: the Toolshed validates them and words the errors."""
+
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
+
+
+class _Front:
+    """The MCP server's view of one Toolshed: its sessions and how images come in."""
+
+    def __init__(self, toolshed: Toolshed, read_local_files: bool) -> None:
+        self.toolshed = toolshed
+        self.read_local_files = read_local_files
+
+    def session(self, arguments: dict[str, Any]) -> Session:
+        session_id = arguments.pop(SESSION_ID, None)
+        if not isinstance(session_id, str):
+            raise ToolError(f"give the {SESSION_ID} that open_session answered")
+        try:
+            return self.toolshed.session(session_id)
+        except KeyError:
+            raise ToolError(
+                f"session {session_id} is closed, expired or unknown; open one with open_session"
+            ) from None
+
+    async def image(self, data: str) -> Any:
+        if not data.startswith("data:") and self.read_local_files and Path(data).is_file():
+            source: str | dict[str, str] = {"path": data}
+        else:
+            source = data
+        try:
+            return await asyncio.to_thread(imagecodec.decode, source)
+        except (ValueError, OSError) as exc:
+            raise ToolError(f"cannot read the image {data[:40]!r}: {exc}") from None
+
+    async def open_session(
+        self, images: list[str], scenes: list[str | None] | None = None, seed: int | None = None
+    ) -> str:
+        """Open a Toolshed session with the task's images; every tool call names it.
+
+        Args:
+            images: The images, as PNG or JPEG data URLs (or file paths, when the server runs over stdio).
+            scenes: The scene spec JSON of each image of a simulated scene (null for the others).
+            seed: The session seed (reproducible tool noise).
+        """
+        arrays = [await self.image(image) for image in images]
+        try:
+            attachments = None if scenes is None else [_scene_attachment(scene) for scene in scenes]
+            session = self.toolshed.open_session(arrays, attachments, seed)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        last = len(arrays) - 1
+        return f"{SESSION_ID}: {session.id}\nimages: {len(arrays)} (image_index 0 to {last})"
+
+    async def add_image(self, session_id: str, image: str, scene: str | None = None) -> str:
+        """Add an image to a session; answers its image_index.
+
+        Args:
+            session_id: The session from open_session.
+            image: A PNG or JPEG data URL (or a file path, when the server runs over stdio).
+            scene: The image's scene spec JSON, if it shows a simulated scene.
+        """
+        session = self.session({SESSION_ID: session_id})
+        index = session.add_image(await self.image(image), _scene_attachment(scene))
+        return f"image_index: {index}"
+
+    async def close_session(self, session_id: str) -> str:
+        """Close a session and free its variables.
+
+        Args:
+            session_id: The session from open_session.
+        """
+        self.session({SESSION_ID: session_id}).close()
+        return f"closed {session_id}"
+
+    def tool(self, spec: ToolSpec, mcp_name: str) -> MCPTool:
+        parameters = dict(spec.parameters)
+        parameters["properties"] = {**parameters.get("properties", {}), SESSION_ID: _SESSION_ID_SCHEMA}
+        parameters["required"] = [*parameters.get("required", []), SESSION_ID]
+
+        async def call(arguments: dict[str, Any]) -> CallToolResult:
+            session = self.session(arguments)
+            result = await session.call(spec.name, arguments)
+            return await _content(session, result)
+
+        return _mcp_tool(call, mcp_name, spec.description, parameters)
+
+
+async def _content(session: Session, result: ToolResult) -> CallToolResult:
+    indices = [session.add_image(image) for image in result.images]
+    text = result.text + (f"\n{image_note(indices)}" if indices else "")
+    pictures = [
+        ImageContent(
+            type="image",
+            data=base64.b64encode(await asyncio.to_thread(imagecodec.encode, image)).decode("ascii"),
+            mime_type="image/png",
+        )
+        for image in result.images
+    ]
+    return CallToolResult(content=[TextContent(type="text", text=text), *pictures], is_error=result.is_error)
+
+
+def _mcp_tool(
+    fn: Callable[[dict[str, Any]], Awaitable[CallToolResult]],
+    name: str,
+    description: str,
+    schema: dict[str, Any],
+) -> MCPTool:
+    """An MCP tool with a given JSON schema (MCPServer derives schemas from signatures otherwise)."""
+    return MCPTool(
+        fn=fn,
+        name=name,
+        title=None,
+        description=description,
+        parameters=schema,
+        fn_metadata=FuncMetadata(arg_model=_Arguments),
+        is_async=True,
+        context_kwarg=None,
+        annotations=None,
+    )
+
+
+def create_mcp_server(toolshed: Toolshed, *, read_local_files: bool = False) -> MCPServer[Any]:
+    """An MCP server serving ``toolshed``, which it starts on startup and closes on shutdown.
+
+    ``read_local_files`` lets clients name images by file path (right for stdio, where the client
+    runs the server; not for a server others reach over HTTP).
+    """
+    front = _Front(toolshed, read_local_files)
+    names = FunctionNames(spec.name for spec in toolshed.specs())
+    tools = [front.tool(spec, names.to_wire(spec.name)) for spec in toolshed.specs()]
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[None]:
+        async with toolshed:
+            yield
+
+    server: MCPServer[Any] = MCPServer(
+        name="spacetools",
+        instructions="Open a session with your images (open_session), call tools with its session_id, "
+        "close it when done. Image coordinates are normalized to [0, 1]; tools store large results "
+        'as variables that later calls take as "$name".',
+        tools=tools,
+        lifespan=lifespan,
+    )
+    for method in (front.open_session, front.add_image, front.close_session):
+        server.add_tool(method)
+    return server
+
+
+def _scene_attachment(scene: str | None) -> dict[str, Any] | None:
+    """The attachment that hands a simulated image's scene spec to the tools."""
+    return None if scene is None else {"scene": scene}
