@@ -151,6 +151,34 @@ class ToolRouter:
         self.stats.record(result, time.perf_counter() - queued_at, started_at - queued_at)
         return result
 
+    async def grow(self, count: int) -> int:
+        """Start `count` more instances (autoscaling); returns how many joined the pool."""
+        new = [self._make_instance() for _ in range(count)]
+        outcomes = await asyncio.gather(*(instance.start() for instance in new), return_exceptions=True)
+        joined = 0
+        for instance, outcome in zip(new, outcomes, strict=True):
+            if isinstance(outcome, BaseException) or self._unavailable is not None:
+                await instance.kill()
+                continue
+            self._instances.append(instance)
+            self._free.put_nowait(instance)
+            joined += 1
+        self._size += joined
+        return joined
+
+    async def shrink(self) -> bool:
+        """Stop one idle instance (autoscaling); False when none is idle."""
+        if self._free.empty():
+            return False
+        instance = self._free.get_nowait()
+        if isinstance(instance, _Unavailable):
+            self._free.put_nowait(instance)
+            return False
+        self._instances = [other for other in self._instances if other is not instance]
+        self._size -= 1
+        await instance.kill()
+        return True
+
     def snapshot(self) -> dict[str, Any]:
         """Live statistics of this tool."""
         stats = self.stats

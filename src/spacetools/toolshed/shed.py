@@ -20,7 +20,10 @@ import numpy as np
 
 from spacetools.tools.definition import ToolContext, ToolError, ToolMethod, ToolResult, ToolSpec, tool_methods
 from spacetools.tools.realism import get_profile
-from spacetools.toolshed.backends import BACKENDS
+from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
+from spacetools.toolshed.backends import instance_factory
+from spacetools.toolshed.backends.ray import fetch_cluster_values
+from spacetools.toolshed.batching import Batcher, batchers_for
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
 from spacetools.toolshed.session import (
@@ -122,6 +125,8 @@ class Toolshed:
         self._store = SessionStore(max_session_bytes, max_total_bytes, session_ttl_s)
         self._routers: dict[str, ToolRouter] = {}
         self._methods: dict[str, tuple[ToolRouter, ToolMethod]] = {}
+        self._batchers: dict[str, Batcher] = {}
+        self._autoscalers: dict[str, Autoscaler] = {}
         self._unknown_calls = 0
         self._started = False
         for deployment in deployments:
@@ -131,17 +136,17 @@ class Toolshed:
         tool_class = deployment.tool_class()
         if tool_class.name in self._routers:
             raise ValueError(f"tool {tool_class.name!r} is deployed twice")
-        make = BACKENDS[deployment.backend]
-
-        def make_instance() -> Any:
-            return make(deployment.tool, deployment.config, tool_class.name)
-
+        make_instance = instance_factory(deployment, tool_class.name)
         router = ToolRouter(
             tool_class.name, make_instance, deployment.instances, deployment.timeout_s, deployment.backend
         )
         self._routers[tool_class.name] = router
         for method in tool_methods(tool_class).values():
             self._methods[method.name] = (router, method)
+        self._batchers.update(batchers_for(deployment, router))
+        autoscaler = autoscaler_for(deployment, router)
+        if autoscaler is not None:
+            self._autoscalers[tool_class.name] = autoscaler
 
     async def start(self) -> None:
         """Start every tool's instances (in parallel); on failure, stop what started and raise."""
@@ -150,11 +155,14 @@ class Toolshed:
         if failures:
             await self.close()
             raise failures[0]
+        for autoscaler in self._autoscalers.values():
+            autoscaler.start()
         self._started = True
 
     async def close(self) -> None:
         """Stop every instance and release every session."""
         self._started = False
+        await asyncio.gather(*(autoscaler.close() for autoscaler in self._autoscalers.values()))
         await asyncio.gather(*(router.close() for router in self._routers.values()))
         self._store.release_all()
 
@@ -194,8 +202,13 @@ class Toolshed:
 
     def stats(self) -> dict[str, Any]:
         """Live statistics: per tool, plus sessions and variable memory."""
+        tools = {name: router.snapshot() for name, router in self._routers.items()}
+        for name, autoscaler in self._autoscalers.items():
+            tools[name]["autoscale"] = autoscaler.snapshot()
+        for batcher in self._batchers.values():
+            tools[batcher.router.name].setdefault("batching", []).append(batcher.snapshot())
         return {
-            "tools": {name: router.snapshot() for name, router in self._routers.items()},
+            "tools": tools,
             "sessions": {
                 "open": len(self._store),
                 "expired": self._store.expired,
@@ -232,7 +245,9 @@ class Toolshed:
             rng=np.random.default_rng(self._call_seed(state, name, raw)),
             profile=self.profile,
         )
-        result = await router.call(name, kwargs, ctx)
+        if router.backend != "ray":  # arrays a Ray actor left in the object store come here by value
+            kwargs = fetch_cluster_values(kwargs)
+        result = await self._batchers.get(name, router).call(name, kwargs, ctx)
         if result.variables:
             dropped = self._store.store(state, result.variables)
             if dropped:
