@@ -99,6 +99,11 @@ class FaultTool(EchoTool):
 
     name = "fault"
 
+    def setup(self) -> None:
+        """Fail like a tool whose weights are missing when configured with `setup_error`."""
+        if "setup_error" in self.config:
+            raise OSError(self.config["setup_error"])
+
     @tool_method
     def crash(self, exit_code: int = 3) -> ToolResult:
         """Kill the worker process that runs this call, without cleanup.
