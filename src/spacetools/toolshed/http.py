@@ -11,7 +11,7 @@ Tools then run decoupled from the RL or evaluation loop: the loop talks to this 
 
 Endpoints: `GET /health`, `GET /tools` (OpenAI function schemas), `GET /tools/hermes` (the prompt's
 `<tools>` block), `POST /sessions`, `POST /sessions/{id}/calls[?images=true]`,
-`POST /sessions/{id}/images`, `DELETE /sessions/{id}`, `GET /stats`.
+`POST /sessions/{id}/images`, `DELETE /sessions/{id}`, `GET /stats`, `GET /metrics` (Prometheus).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, Field
 
 from spacetools.tools.definition import ToolResult, hermes_tools_block
+from spacetools.toolshed.metrics import CONTENT_TYPE, render_metrics
 from spacetools.toolshed.session import check_image
 from spacetools.toolshed.shed import Session, Toolshed
 
@@ -227,5 +228,10 @@ def create_app(toolshed: Toolshed) -> FastAPI:
     async def stats() -> dict[str, Any]:
         """Live statistics: per tool (calls, errors, latency, queues) and sessions."""
         return toolshed.stats()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """The statistics in the Prometheus text format."""
+        return Response(render_metrics(toolshed.stats()), media_type=CONTENT_TYPE)
 
     return app
