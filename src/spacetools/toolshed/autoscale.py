@@ -88,8 +88,11 @@ class Autoscaler:
                     else "no waiting call got an instance"
                 )
                 wanted = min(self.maximum, busy + waiting)
-                joined = await self.router.grow(wanted - size)
-                self._record(size, size + joined, f"{waiting} calls queued, {why}")
+                joined, failure = await self.router.grow(wanted - size)
+                failed = f"; {wanted - size - joined} failed to start: {failure}" if failure else ""
+                self._record(
+                    size, size + joined, f"{waiting} calls queued, {why}{failed}", force=bool(failure)
+                )
             return
         if idle > 0 and waiting == 0 and size > self.minimum:
             if self._idle_since is None:
@@ -116,8 +119,8 @@ class Autoscaler:
         new = min(new, len(waits))
         return np.fromiter(list(waits)[len(waits) - new :], dtype=float) if new else np.empty(0)
 
-    def _record(self, before: int, after: int, reason: str) -> None:
-        if before == after:
+    def _record(self, before: int, after: int, reason: str, force: bool = False) -> None:
+        if before == after and not force:
             return
         self.events.append(
             {

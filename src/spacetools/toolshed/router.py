@@ -151,20 +151,26 @@ class ToolRouter:
         self.stats.record(result, time.perf_counter() - queued_at, started_at - queued_at)
         return result
 
-    async def grow(self, count: int) -> int:
-        """Start `count` more instances (autoscaling); returns how many joined the pool."""
+    async def grow(self, count: int) -> tuple[int, str | None]:
+        """Start `count` more instances (autoscaling): how many joined the pool, and the first failure."""
         new = [self._make_instance() for _ in range(count)]
-        outcomes = await asyncio.gather(*(instance.start() for instance in new), return_exceptions=True)
+        try:
+            outcomes = await asyncio.gather(*(instance.start() for instance in new), return_exceptions=True)
+        except asyncio.CancelledError:  # closing while instances start: none may outlive the router
+            await asyncio.gather(*(instance.kill() for instance in new))
+            raise
         joined = 0
+        failure: str | None = None
         for instance, outcome in zip(new, outcomes, strict=True):
             if isinstance(outcome, BaseException) or self._unavailable is not None:
+                failure = failure or (str(outcome) if isinstance(outcome, BaseException) else "shut down")
                 await instance.kill()
                 continue
             self._instances.append(instance)
             self._free.put_nowait(instance)
             joined += 1
         self._size += joined
-        return joined
+        return joined, failure
 
     async def shrink(self) -> bool:
         """Stop one idle instance (autoscaling); False when none is idle."""
@@ -200,6 +206,9 @@ class ToolRouter:
     async def _next_instance(self) -> Instance | _Unavailable:
         if not self._started:
             return _Unavailable(f"the {self.name} tool is not started")
+        # Yield once first: a caller whose call just ended would otherwise take back the instance it
+        # freed before the waiter that was woken for it runs, and starve the queue.
+        await asyncio.sleep(0)
         while True:
             instance = await self._free.get()
             if isinstance(instance, _Unavailable):
