@@ -173,13 +173,14 @@ class _Placement:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        self._users += 1
         if self._group is None:
             bundle = {resource: amount for resource, amount in self._bundle.items() if amount > 0}
             self._group = placement_group([bundle or {"CPU": 0.001}] * self._bundles, strategy=self._strategy)
+        self._users += 1
         try:
             await asyncio.wait_for(self._group.ready(), timeout_s)
         except asyncio.TimeoutError:
+            self.release()
             raise RuntimeError(
                 f"the Ray cluster cannot place {self._bundles} × {self._bundle} ({self._strategy}) "
                 f"within {timeout_s:g} s"
