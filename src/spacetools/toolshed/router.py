@@ -152,25 +152,27 @@ class ToolRouter:
         return result
 
     async def grow(self, count: int) -> tuple[int, str | None]:
-        """Start `count` more instances (autoscaling): how many joined the pool, and the first failure."""
-        new = [self._make_instance() for _ in range(count)]
-        try:
-            outcomes = await asyncio.gather(*(instance.start() for instance in new), return_exceptions=True)
-        except asyncio.CancelledError:  # closing while instances start: none may outlive the router
-            await asyncio.gather(*(instance.kill() for instance in new))
-            raise
-        joined = 0
-        failure: str | None = None
-        for instance, outcome in zip(new, outcomes, strict=True):
-            if isinstance(outcome, BaseException) or self._unavailable is not None:
-                failure = failure or (str(outcome) if isinstance(outcome, BaseException) else "shut down")
+        """Start `count` more instances (autoscaling), each joining the pool as soon as it is up.
+
+        Returns how many joined and the first failure; a shutdown meanwhile kills those still starting.
+        """
+
+        async def add_one() -> None:
+            instance = self._make_instance()
+            try:
+                await instance.start()
+                if self._unavailable is not None:
+                    raise RuntimeError(f"the {self.name} tool was shut down")
+            except BaseException:
                 await instance.kill()
-                continue
+                raise
             self._instances.append(instance)
+            self._size += 1
             self._free.put_nowait(instance)
-            joined += 1
-        self._size += joined
-        return joined, failure
+
+        outcomes = await asyncio.gather(*(add_one() for _ in range(count)), return_exceptions=True)
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        return count - len(failures), str(failures[0]) if failures else None
 
     async def shrink(self) -> bool:
         """Stop one idle instance (autoscaling); False when none is idle."""
