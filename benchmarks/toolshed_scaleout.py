@@ -220,7 +220,7 @@ async def main(quick: bool) -> dict[str, Any]:
         "autoscale": {
             # Ray starts at most as many worker processes at once as the node has CPUs: a longer window.
             backend: await _autoscale_step(backend, maximum, before_s=2.0, after_s=after_s)
-            for backend, maximum, after_s in (("process", 16, 6.0), ("ray", 8, 15.0))
+            for backend, maximum, after_s in (("process", 16, 6.0), ("ray", 4, 20.0))
         },
     }
 

@@ -42,11 +42,6 @@ class Batcher:
         self._timer: asyncio.TimerHandle | None = None
         self._running: set[asyncio.Task[None]] = set()
 
-    @property
-    def stats(self) -> Any:
-        """The router's statistics (where validation errors are counted too)."""
-        return self.router.stats
-
     async def call(self, name: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Join the next batch of `name` and wait for this call's own result."""
         loop = asyncio.get_running_loop()

@@ -232,11 +232,6 @@ class RayInstance:
         """The process id of the actor's worker (on its node)."""
         return self._pid
 
-    @property
-    def actor(self) -> Any:
-        """The Ray actor handle (None before start)."""
-        return self._actor
-
     async def start(self) -> None:
         """Create the actor and wait until its tool is set up."""
         import ray
