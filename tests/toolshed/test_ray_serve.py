@@ -1,4 +1,4 @@
-"""`spacetools serve --backend ray`: the V1 tools as Ray actors, giving the results of in-process serving."""
+"""`spacetools serve --backend ray`: the V1 tools as Ray actors, giving the results of worker processes."""
 
 from __future__ import annotations
 
@@ -12,11 +12,38 @@ from typing import Any
 
 import httpx
 import pytest
+import typer
+from pydantic import ValidationError
+from typer.testing import CliRunner
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.rollout import run_episode
-from spacetools.toolshed import Toolshed
+from spacetools.cli.serve import serve
+from spacetools.tools.diagnostics import SleepTool
+from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteToolshed
+from spacetools.toolshed.toolsets import V1, on_backend
+
+
+def test_on_backend_moves_the_worker_tools_and_keeps_their_shares() -> None:
+    moved = on_backend(V1, "ray")
+    assert [d.backend for d in moved] == ["ray"] * 6 + ["inprocess"]
+    assert [(d.tool, d.instances, d.num_cpus) for d in moved] == [
+        (d.tool, d.instances, d.num_cpus) for d in V1
+    ]
+    assert V1[0].backend == "process"  # the named tool set itself is left alone
+
+
+def test_a_pool_cannot_scale_below_its_instances() -> None:
+    with pytest.raises(ValidationError, match=r"max_instances \(2\) is below instances \(3\)"):
+        ToolDeployment(tool=SleepTool, instances=3, max_instances=2)
+
+
+def test_serve_rejects_an_address_without_the_ray_backend() -> None:
+    app = typer.Typer()
+    app.command()(serve)
+    result = CliRunner().invoke(app, ["--address", "auto"])
+    assert result.exit_code == 2 and "--address only applies with --backend ray" in result.output
 
 
 @pytest.mark.slow
