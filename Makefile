@@ -46,6 +46,7 @@ bench: install
 	$(BIN)/python benchmarks/sim_render.py
 	$(BIN)/python benchmarks/spatialsim_generate.py
 	$(BIN)/python benchmarks/toolshed_throughput.py
+	$(BIN)/python benchmarks/toolshed_scaleout.py
 	$(BIN)/python benchmarks/rollout_throughput.py
 
 clean:

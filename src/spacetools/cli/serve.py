@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from spacetools.cli.options import profile_option
 from spacetools.toolshed import Toolshed
 from spacetools.toolshed.limits import TOKEN_ENV, ServerLimits
-from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
+from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset, on_backend
 
 _DEFAULTS = ServerLimits()
 _LIMITS = "Limits"
@@ -63,6 +63,16 @@ def serve(
         str,
         typer.Option(help=f"MCP transport: {', '.join(MCP_TRANSPORTS)} (at http://HOST:PORT/mcp)."),
     ] = "stdio",
+    backend: Annotated[
+        Literal["process", "ray"] | None,
+        typer.Option(help="Run the tool set's worker tools as processes or Ray actors (default: as listed)."),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help='Ray cluster to join with --backend ray: "auto", "host:port" (default: a local Ray).'
+        ),
+    ] = None,
 ) -> None:
     """Serve a tool set over HTTP until interrupted (clients: `spacetools.toolshed.client.RemoteToolshed`).
 
@@ -92,6 +102,19 @@ def serve(
     except ValidationError as error:
         first = error.errors()[0]
         raise typer.BadParameter(first["msg"], param_hint=f"--{first['loc'][0]}".replace("_", "-")) from None
+    if address is not None and backend != "ray":
+        raise typer.BadParameter("--address only applies with --backend ray", param_hint="--address")
+    if backend is not None:
+        deployments = on_backend(deployments, backend)
+    if backend == "ray":
+        from spacetools.toolshed.backends.ray import connect
+
+        try:
+            connect(address)
+        except Exception as error:  # Ray raises ConnectionError, ValueError, … for an unreachable cluster
+            raise typer.BadParameter(
+                f"cannot join the Ray cluster: {error}", param_hint="--address"
+            ) from error
     # Imported here so the rest of the command line does not pay for the web stack.
     from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
 

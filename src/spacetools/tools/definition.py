@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainValidator, ValidationError, create_model
 
 __all__ = [
+    "BATCH_CALL",
     "MAX_ERROR_CHARS",
     "Tool",
     "ToolArgumentError",
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 MAX_ERROR_CHARS = 500
+#: The method name under which the Toolshed sends a gathered batch of calls (see tools.batching).
+BATCH_CALL = "__batch__"
 _TOOL_METHOD_MARK = "__spacetools_tool_method__"
 _VARIABLE_MARK = "spacetools-variable"
 _REFERENCE_HINT = 'a "$name" reference to a variable from an earlier tool call'
@@ -280,6 +283,10 @@ def hermes_tools_block(specs: list[ToolSpec]) -> str:
 
 def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
     """Run one tool method on an instance; every exception becomes an error result."""
+    if method == BATCH_CALL:
+        from spacetools.tools.batching import invoke_batch  # builds on this module
+
+        return invoke_batch(tool, **kwargs)
     try:
         spec = tool_methods(type(tool))[method]
         bound = getattr(tool, spec.attribute)
@@ -451,6 +458,8 @@ def _as_array(value: Any) -> np.ndarray:
     """Accept an array, or nested lists of numbers sent by value; a plain string is a reference gone wrong."""
     if isinstance(value, np.ndarray):
         return value
+    if hasattr(value, "__array__") and hasattr(value, "shape") and not isinstance(value, (list, tuple)):
+        return value  # an array held elsewhere (Ray's object store), read where the tool runs
     if isinstance(value, str):
         raise ValueError(f"expected {_REFERENCE_HINT}")
     if isinstance(value, (list, tuple)):

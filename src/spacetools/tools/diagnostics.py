@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
+from typing import Any
 
 import numpy as np
 
 from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
 
 __all__ = ["EchoTool", "FaultTool", "SleepTool"]
+
+
+def _in_ray_actor() -> bool:
+    """True inside a Ray actor (its own worker process, started by Ray rather than multiprocessing)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
 
 
 class EchoTool(Tool):
@@ -66,6 +74,22 @@ class SleepTool(Tool):
         """Do nothing."""
         return ToolResult(text="ok")
 
+    def batch_sleep(
+        self, calls: list[dict[str, Any]], contexts: list[ToolContext]
+    ) -> list[ToolResult | Exception]:
+        """A batch costs as long as its longest call, as one forward pass of a model on a batch does."""
+        results: list[ToolResult | Exception] = []
+        longest = 0.0
+        for call in calls:
+            seconds = call["seconds"]
+            if 0 <= seconds <= 60:
+                longest = max(longest, seconds)
+                results.append(ToolResult(text=f"slept {seconds:g} s"))
+            else:
+                results.append(ToolError(f"seconds must be between 0 and 60 (got {seconds})"))
+        time.sleep(longest)
+        return results
+
 
 class FaultTool(EchoTool):
     """Injects the failures the Toolshed must survive: crashes, hangs, exceptions, large outputs.
@@ -75,6 +99,11 @@ class FaultTool(EchoTool):
 
     name = "fault"
 
+    def setup(self) -> None:
+        """Fail like a tool whose weights are missing when configured with `setup_error`."""
+        if "setup_error" in self.config:
+            raise OSError(self.config["setup_error"])
+
     @tool_method
     def crash(self, exit_code: int = 3) -> ToolResult:
         """Kill the worker process that runs this call, without cleanup.
@@ -83,7 +112,7 @@ class FaultTool(EchoTool):
             exit_code: The process exit code.
         """
         # os._exit in the server process would take the whole Toolshed down, not one instance.
-        if multiprocessing.parent_process() is None:
+        if multiprocessing.parent_process() is None and not _in_ray_actor():
             raise ToolError("fault.crash only runs in a worker process (deploy with backend='process')")
         os._exit(exit_code)
 

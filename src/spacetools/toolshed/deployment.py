@@ -1,18 +1,17 @@
-"""`ToolDeployment`: how one tool is served (its class, instance count, backend, timeout, config)."""
+"""`ToolDeployment`: how one tool is served (class, instances, backend, timeout, config, resources, batching)."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from spacetools.tools.definition import Tool, tool_methods
 
 __all__ = ["BackendName", "ToolDeployment", "resolve_tool_class"]
 
-# A Ray backend adds "ray" here and to `spacetools.toolshed.backends.BACKENDS`.
-BackendName = Literal["inprocess", "process"]
+BackendName = Literal["inprocess", "process", "ray"]
 
 
 class ToolDeployment(BaseModel):
@@ -21,10 +20,28 @@ class ToolDeployment(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
     tool: type[Tool] | str = Field(description='A Tool subclass or its import path "module:Class".')
-    instances: int = Field(1, ge=1, le=256)
+    instances: int = Field(default=1, ge=1, le=256)
     backend: BackendName = "process"
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0)
     config: dict[str, Any] = Field(default_factory=dict)
+    # Ray backend: each instance is an actor holding this share of a node; a placement group (one
+    # bundle per instance, up to max_instances) packs them on few nodes or spreads them over many.
+    num_cpus: float = Field(default=1.0, ge=0, description="CPUs reserved per Ray actor.")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs (or a fraction of one) per Ray actor.")
+    placement: Literal["pack", "spread"] | None = Field(
+        default=None, description="Ray placement group strategy."
+    )
+    # Dynamic batching, for tools with a `batch_<method>` counterpart (see toolshed.batching).
+    batch_size: int = Field(
+        default=1, ge=1, le=1024, description="Most calls run as one batch (1: no batching)."
+    )
+    batch_window_ms: float = Field(default=5.0, ge=0, description="How long a batch waits for more calls.")
+    # Autoscaling between `instances` and `max_instances` (see toolshed.autoscale).
+    max_instances: int | None = Field(default=None, ge=1, le=256, description="None: a fixed pool.")
+    target_queue_wait_ms: float = Field(default=100.0, gt=0, description="Grow when calls wait longer.")
+    scale_down_idle_s: float = Field(
+        default=30.0, gt=0, description="Shrink after an instance idled this long."
+    )
 
     @field_validator("tool")
     @classmethod
@@ -36,6 +53,12 @@ class ToolDeployment(BaseModel):
         if not (isinstance(value, type) and issubclass(value, Tool)):
             raise ValueError(f"expected a Tool subclass, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _check_scaling(self) -> ToolDeployment:
+        if self.max_instances is not None and self.max_instances < self.instances:
+            raise ValueError(f"max_instances ({self.max_instances}) is below instances ({self.instances})")
+        return self
 
     def tool_class(self) -> type[Tool]:
         """The tool class, imported if it was given as a path."""

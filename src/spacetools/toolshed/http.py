@@ -6,7 +6,7 @@ is `spacetools.toolshed.wire`; the limits the server enforces are `spacetools.to
 
 Endpoints: `GET /health`, `GET /tools` (OpenAI function schemas), `GET /tools/hermes` (the prompt's
 `<tools>` block), `POST /sessions`, `POST /sessions/{id}/calls[?images=true]`,
-`POST /sessions/{id}/images`, `DELETE /sessions/{id}`, `GET /stats`.
+`POST /sessions/{id}/images`, `DELETE /sessions/{id}`, `GET /stats`, `GET /metrics` (Prometheus).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from spacetools.tools import imagecodec
 from spacetools.tools.definition import ToolResult, hermes_tools_block
 from spacetools.toolshed.limits import ServerLimits
+from spacetools.toolshed.metrics import CONTENT_TYPE, render_metrics
 from spacetools.toolshed.session import MemoryLimitError, TooManySessionsError
 from spacetools.toolshed.shed import Session, Toolshed
 from spacetools.toolshed.wire import (
@@ -267,6 +268,11 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     async def stats() -> dict[str, Any]:
         """Live statistics: per tool (calls, errors, latency, queues, availability), sessions, calls."""
         return {**toolshed.stats(), "calls_in_flight": in_flight, "calls_refused": refused}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """The statistics in the Prometheus text format."""
+        return Response(render_metrics(toolshed.stats()), media_type=CONTENT_TYPE)
 
     return app
 

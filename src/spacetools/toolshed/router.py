@@ -201,6 +201,42 @@ class ToolRouter:
         self.stats.record(result, time.perf_counter() - queued_at, started_at - queued_at)
         return result
 
+    async def grow(self, count: int) -> tuple[int, str | None]:
+        """Start `count` more instances (autoscaling), each joining the pool as soon as it is up.
+
+        Returns how many joined and the first failure; a shutdown meanwhile kills those still starting.
+        """
+
+        async def add_one() -> None:
+            instance = self._make_instance()
+            try:
+                await instance.start()
+                if self._unavailable is not None:
+                    raise RuntimeError(f"the {self.name} tool was shut down")
+            except BaseException:
+                await instance.kill()
+                raise
+            self._instances.append(instance)
+            self._size += 1
+            self._free.put_nowait(instance)
+
+        outcomes = await asyncio.gather(*(add_one() for _ in range(count)), return_exceptions=True)
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        return count - len(failures), str(failures[0]) if failures else None
+
+    async def shrink(self) -> bool:
+        """Stop one idle instance (autoscaling); False when none is idle."""
+        if self._free.empty():
+            return False
+        instance = self._free.get_nowait()
+        if isinstance(instance, _Unavailable):
+            self._free.put_nowait(instance)
+            return False
+        self._instances = [other for other in self._instances if other is not instance]
+        self._size -= 1
+        await instance.kill()
+        return True
+
     def snapshot(self) -> dict[str, Any]:
         """Live statistics of this tool."""
         stats = self.stats
@@ -226,6 +262,9 @@ class ToolRouter:
     async def _next_instance(self) -> Instance | _Unavailable:
         if not self._started:
             return _Unavailable(f"the {self.name} tool is not started")
+        # Yield once first: a caller whose call just ended would otherwise take back the instance it
+        # freed before the waiter that was woken for it runs, and starve the queue.
+        await asyncio.sleep(0)
         while True:
             instance = await self._free.get()
             if isinstance(instance, _Unavailable):

@@ -29,7 +29,10 @@ from spacetools.tools.definition import (
     error_result,
     tool_methods,
 )
-from spacetools.toolshed.backends import BACKENDS
+from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
+from spacetools.toolshed.backends import instance_factory
+from spacetools.toolshed.backends.ray import fetch_cluster_values
+from spacetools.toolshed.batching import Batcher, batchers_for
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
 from spacetools.toolshed.session import (
@@ -150,6 +153,8 @@ class Toolshed:
         self._max_queue_wait_s = max_queue_wait_s
         self._routers: dict[str, ToolRouter] = {}
         self._methods: dict[str, tuple[ToolRouter, ToolMethod]] = {}
+        self._batchers: dict[str, Batcher] = {}
+        self._autoscalers: dict[str, Autoscaler] = {}
         self._unknown_calls = 0
         self._started = False
         for deployment in deployments:
@@ -160,11 +165,7 @@ class Toolshed:
         tool_class.check_config(deployment.config)  # a bad setting fails here, not in every instance
         if tool_class.name in self._routers:
             raise ValueError(f"tool {tool_class.name!r} is deployed twice")
-        make = BACKENDS[deployment.backend]
-
-        def make_instance() -> Any:
-            return make(deployment.tool, deployment.config, tool_class.name)
-
+        make_instance = instance_factory(deployment, tool_class.name)
         router = ToolRouter(
             tool_class.name,
             make_instance,
@@ -176,6 +177,10 @@ class Toolshed:
         self._routers[tool_class.name] = router
         for method in tool_methods(tool_class).values():
             self._methods[method.name] = (router, method)
+        self._batchers.update(batchers_for(deployment, router))
+        autoscaler = autoscaler_for(deployment, router)
+        if autoscaler is not None:
+            self._autoscalers[tool_class.name] = autoscaler
 
     async def start(self) -> None:
         """Start every tool's instances (in parallel); on failure, stop what started and raise."""
@@ -184,11 +189,14 @@ class Toolshed:
         if failures:
             await self.close()
             raise failures[0]
+        for autoscaler in self._autoscalers.values():
+            autoscaler.start()
         self._started = True
 
     async def close(self) -> None:
         """Stop every instance and release every session."""
         self._started = False
+        await asyncio.gather(*(autoscaler.close() for autoscaler in self._autoscalers.values()))
         await asyncio.gather(*(router.close() for router in self._routers.values()))
         self._store.release_all()
 
@@ -232,8 +240,13 @@ class Toolshed:
 
     def stats(self) -> dict[str, Any]:
         """Live statistics: per tool, plus sessions and variable memory."""
+        tools = {name: router.snapshot() for name, router in self._routers.items()}
+        for name, autoscaler in self._autoscalers.items():
+            tools[name]["autoscale"] = autoscaler.snapshot()
+        for batcher in self._batchers.values():
+            tools[batcher.router.name].setdefault("batching", []).append(batcher.snapshot())
         return {
-            "tools": {name: router.snapshot() for name, router in self._routers.items()},
+            "tools": tools,
             "sessions": {
                 "open": len(self._store),
                 "expired": self._store.expired,
@@ -273,7 +286,9 @@ class Toolshed:
             result = ToolResult.error(str(exc)) if isinstance(exc, ToolError) else error_result(exc)
             router.stats.record(result, time.perf_counter() - started_at)
             return result
-        result = await router.call(name, kwargs, ctx)
+        if router.backend != "ray":  # arrays a Ray actor left in the object store come here by value
+            kwargs = fetch_cluster_values(kwargs)
+        result = await self._batchers.get(name, router).call(name, kwargs, ctx)
         self._keep_images(state, result)
         if result.variables:
             dropped = self._store.store(state, result.variables)

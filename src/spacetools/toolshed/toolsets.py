@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-from spacetools.toolshed.deployment import ToolDeployment
+from spacetools.toolshed.deployment import BackendName, ToolDeployment
 
 # Simulated perception rebuilds and renders scenes (~0.5 s, pybullet holds the GIL), so it runs in
 # worker processes; geometry (boxes, grasps) is CPU-heavy numpy and runs in processes too, while the
-# cheap array operations of vision_ops stay in the server process.
+# cheap array operations of vision_ops stay in the server process. On Ray (`on_backend(V1, "ray")`)
+# each simulated instance reserves a fifth of a CPU: they idle between calls, and the whole set then
+# fits a 2-core node; a deployment of real models would reserve `num_gpus` instead.
+_SHARE = 0.2
 V1: list[ToolDeployment] = [
-    ToolDeployment(tool="spacetools.tools.pointing:RoboReferTool", instances=2, backend="process"),
-    ToolDeployment(tool="spacetools.tools.pointing:VLMPointingTool", instances=1, backend="process"),
-    ToolDeployment(tool="spacetools.tools.segmentation:Sam2Tool", instances=2, backend="process"),
-    ToolDeployment(tool="spacetools.tools.depth:DepthEstimatorTool", instances=2, backend="process"),
-    ToolDeployment(tool="spacetools.tools.bbox:BoundingBoxTool", instances=1, backend="process"),
-    ToolDeployment(tool="spacetools.tools.grasp:GraspGeneratorTool", instances=1, backend="process"),
+    ToolDeployment(
+        tool="spacetools.tools.pointing:RoboReferTool", instances=2, backend="process", num_cpus=_SHARE
+    ),
+    ToolDeployment(
+        tool="spacetools.tools.pointing:VLMPointingTool", instances=1, backend="process", num_cpus=_SHARE
+    ),
+    ToolDeployment(
+        tool="spacetools.tools.segmentation:Sam2Tool", instances=2, backend="process", num_cpus=_SHARE
+    ),
+    ToolDeployment(
+        tool="spacetools.tools.depth:DepthEstimatorTool", instances=2, backend="process", num_cpus=_SHARE
+    ),
+    ToolDeployment(
+        tool="spacetools.tools.bbox:BoundingBoxTool", instances=1, backend="process", num_cpus=_SHARE
+    ),
+    ToolDeployment(
+        tool="spacetools.tools.grasp:GraspGeneratorTool", instances=1, backend="process", num_cpus=_SHARE
+    ),
     ToolDeployment(tool="spacetools.tools.vision_ops:VisionOpsTool", instances=1, backend="inprocess"),
 ]
 
@@ -37,3 +52,16 @@ def get_toolset(name: str) -> list[ToolDeployment]:
         return TOOLSETS[name]
     except KeyError:
         raise ValueError(f"unknown toolset {name!r}; choose one of: {', '.join(TOOLSET_NAMES)}") from None
+
+
+def on_backend(deployments: list[ToolDeployment], backend: BackendName) -> list[ToolDeployment]:
+    """The deployments with every tool that runs outside the server process moved to `backend`.
+
+    In-process tools (cheap array operations) stay in the server: a round trip would cost more than them.
+    """
+    return [
+        deployment
+        if deployment.backend == "inprocess"
+        else deployment.model_copy(update={"backend": backend})
+        for deployment in deployments
+    ]

@@ -1,8 +1,4 @@
-"""Instance backends: in-process threads and worker processes behind one `Instance` interface.
-
-A Ray backend (a later issue) adds `ray.py` with a `RayInstance` and registers it in `BACKENDS`
-(and "ray" in `deployment.BackendName`); nothing else changes.
-"""
+"""Instance backends: in-process threads, worker processes and Ray actors behind one `Instance` interface."""
 
 from __future__ import annotations
 
@@ -13,10 +9,29 @@ from spacetools.tools.definition import Tool
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed
 from spacetools.toolshed.backends.inprocess import InProcessInstance
 from spacetools.toolshed.backends.process import ProcessInstance
+from spacetools.toolshed.backends.ray import RayInstance, ray_factory
+from spacetools.toolshed.deployment import ToolDeployment
 
-__all__ = ["BACKENDS", "InProcessInstance", "Instance", "InstanceCrashed", "ProcessInstance"]
+__all__ = [
+    "BACKENDS",
+    "InProcessInstance",
+    "Instance",
+    "InstanceCrashed",
+    "ProcessInstance",
+    "RayInstance",
+    "instance_factory",
+]
 
 BACKENDS: dict[str, Callable[[type[Tool] | str, dict[str, Any], str], Instance]] = {
     "inprocess": InProcessInstance,
     "process": ProcessInstance,
+    "ray": RayInstance,
 }
+
+
+def instance_factory(deployment: ToolDeployment, name: str) -> Callable[[], Instance]:
+    """Makes the instances of one deployment (Ray instances also get its resources and placement)."""
+    if deployment.backend == "ray":
+        return ray_factory(deployment, name)
+    make = BACKENDS[deployment.backend]
+    return lambda: make(deployment.tool, deployment.config, name)

@@ -1,0 +1,260 @@
+"""Toolshed scale-out: backend overhead, the paper's pool scenario, dynamic batching and autoscaling.
+
+Run: `RAY_AUTH_MODE=disabled python benchmarks/toolshed_scaleout.py --json` (one JSON object on stdout).
+(a) overhead per call of a no-op tool: in-process, worker process, Ray backend and a bare Ray actor call;
+(b) the paper's scenario: 8 concurrent calls to a 1 s pointing tool on 1 instance against 3 instances,
+    on each backend (the paper: 8.5 s on one HTTP instance, 2.7 s on three);
+(c) throughput of a tiny transformers model tool under 16 callers, batches of 8 against unbatched;
+(d) autoscaling: a load step from 1 to 32 callers on a 100 ms tool; time until the pool has grown,
+    and latency before, just after and once grown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
+from spacetools.tools.diagnostics import SleepTool
+from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed.backends.ray import connect
+
+BACKENDS = ("inprocess", "process", "ray")
+RAY_SHARE = {"num_cpus": 0.1}
+
+
+def _deployment(backend: str, **fields: Any) -> ToolDeployment:
+    return ToolDeployment(backend=backend, **fields, **(RAY_SHARE if backend == "ray" else {}))
+
+
+async def _noop_us(backend: str, repeats: int) -> float:
+    async with Toolshed([_deployment(backend, tool=SleepTool)]) as shed:
+        session = shed.open_session([])
+        for _ in range(50):  # warm-up
+            await session.call("sleep.noop")
+        started = time.perf_counter()
+        for _ in range(repeats):
+            await session.call("sleep.noop")
+        return (time.perf_counter() - started) / repeats * 1e6
+
+
+async def _bare_ray_actor_us(repeats: int) -> float:
+    import ray
+
+    actor = ray.remote(SleepTool).options(**RAY_SHARE).remote()
+    for _ in range(50):
+        await actor.noop.remote()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        await actor.noop.remote()
+    elapsed = time.perf_counter() - started
+    ray.kill(actor)
+    return elapsed / repeats * 1e6
+
+
+async def _paper_scenario(backend: str, instances: int) -> float:
+    async with Toolshed([_deployment(backend, tool=SleepTool, instances=instances)]) as shed:
+        sessions = [shed.open_session([], seed=caller) for caller in range(8)]
+        started = time.perf_counter()
+        results = await asyncio.gather(*(s.call("sleep.sleep", {"seconds": 1.0}) for s in sessions))
+        elapsed = time.perf_counter() - started
+    assert all(not r.is_error for r in results)
+    return round(elapsed, 2)
+
+
+class TinyEncoderTool(Tool):
+    """A randomly initialised 2-layer BERT encoder scoring texts: the shape of a batched model tool."""
+
+    name = "encoder"
+
+    def setup(self) -> None:
+        import torch
+        from transformers import BertConfig, BertModel
+
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        config = BertConfig(
+            vocab_size=512,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=64,
+        )
+        self.model = BertModel(config).eval()
+
+    @tool_method
+    def score(self, text: str) -> ToolResult:
+        """Score a text with the encoder.
+
+        Args:
+            text: The text to score.
+        """
+        return self.batch_score([{"text": text}], [])[0]
+
+    def batch_score(self, calls: list[dict[str, Any]], contexts: list[ToolContext]) -> list[ToolResult]:
+        import torch
+
+        ids = [[ord(char) % 512 for char in call["text"][:32]] for call in calls]
+        width = max(len(row) for row in ids)
+        tokens = torch.tensor([row + [0] * (width - len(row)) for row in ids])
+        mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids])
+        with torch.inference_mode():
+            pooled = self.model(input_ids=tokens, attention_mask=mask).pooler_output
+        return [ToolResult(text=f"score {float(row.norm()):.4f}") for row in pooled]
+
+
+async def _batching_round(
+    shed: Toolshed, calls_per_caller: int, callers: int = 16
+) -> tuple[float, list[str]]:
+    """Calls per second of 16 callers on one encoder instance, and the first caller's results."""
+    sessions = [shed.open_session([], seed=caller) for caller in range(callers)]
+    texts = [f"the red mug left of the tray, number {index}" for index in range(callers)]
+
+    async def caller(index: int) -> list[str]:
+        out = []
+        for _ in range(calls_per_caller):
+            result = await sessions[index].call("encoder.score", {"text": texts[index]})
+            assert not result.is_error, result.text
+            out.append(result.text)
+        return out
+
+    started = time.perf_counter()
+    outputs = await asyncio.gather(*(caller(index) for index in range(callers)))
+    return callers * calls_per_caller / (time.perf_counter() - started), outputs[0]
+
+
+async def _batching(calls_per_caller: int, rounds: int) -> dict[str, Any]:
+    """Unbatched and batch-8 rounds alternate, so that both see the same machine load."""
+    sheds = {
+        size: Toolshed(
+            [ToolDeployment(tool=TinyEncoderTool, backend="inprocess", batch_size=size, batch_window_ms=2.0)]
+        )
+        for size in (1, 8)
+    }
+    rates: dict[int, list[float]] = {1: [], 8: []}
+    answers: dict[int, list[str]] = {}
+    for shed in sheds.values():
+        await shed.start()
+        await _batching_round(shed, 1)  # warm-up
+    batching_before = sheds[8].stats()["tools"]["encoder"]["batching"][0]
+    for _ in range(rounds):
+        for size, shed in sheds.items():
+            rate, answers[size] = await _batching_round(shed, calls_per_caller)
+            rates[size].append(rate)
+    batching = sheds[8].stats()["tools"]["encoder"]["batching"][0]
+    for shed in sheds.values():
+        await shed.close()
+    assert answers[1] == answers[8]  # the same answers, batched or not
+    ratios = [batched / single for single, batched in zip(rates[1], rates[8], strict=True)]
+    return {
+        "unbatched_calls_per_s": round(statistics.median(rates[1]), 1),
+        "batch8_calls_per_s": round(statistics.median(rates[8]), 1),
+        "batch8_mean_batch": round(
+            (batching["calls"] - batching_before["calls"])
+            / (batching["batches"] - batching_before["batches"]),
+            2,
+        ),
+        "speedup_per_round": [round(ratio, 2) for ratio in ratios],
+        "speedup_median": round(statistics.median(ratios), 2),
+    }
+
+
+async def _autoscale_step(backend: str, maximum: int, before_s: float, after_s: float) -> dict[str, Any]:
+    latency = 0.1
+    deployment = _deployment(
+        backend, tool=SleepTool, instances=1, max_instances=maximum, target_queue_wait_ms=100
+    )
+    async with Toolshed([deployment]) as shed:
+        samples: list[tuple[float, float]] = []  # (finished at, latency)
+        step_at = 0.0
+
+        async def caller(index: int, until: float) -> None:
+            session = shed.open_session([], seed=index)
+            while time.perf_counter() < until:
+                started = time.perf_counter()
+                result = await session.call("sleep.sleep", {"seconds": latency})
+                assert not result.is_error, result.text
+                samples.append((time.perf_counter(), time.perf_counter() - started))
+
+        begin = time.perf_counter()
+        step_at = begin + before_s
+        end = step_at + after_s
+        grown_at: float | None = None
+        first_added_at: float | None = None
+
+        async def watch() -> None:
+            nonlocal grown_at, first_added_at
+            while grown_at is None and time.perf_counter() < end:
+                instances = shed.stats()["tools"]["sleep"]["instances"]
+                if instances > 1 and first_added_at is None:
+                    first_added_at = time.perf_counter()
+                if instances >= maximum:
+                    grown_at = time.perf_counter()
+                await asyncio.sleep(0.02)
+
+        async def step() -> None:
+            await asyncio.sleep(before_s)
+            await asyncio.gather(*(caller(index, end) for index in range(1, 32)), watch())
+
+        await asyncio.gather(caller(0, end), step())
+        events = shed.stats()["tools"]["sleep"]["autoscale"]["events"]
+
+    def p50_ms(start: float, stop: float) -> float | None:
+        window = [lat for at, lat in samples if start <= at < stop]
+        return round(statistics.median(window) * 1000, 1) if window else None
+
+    return {
+        "tool_latency_ms": latency * 1000,
+        "max_instances": maximum,
+        "first_instance_added_after_s": round(first_added_at - step_at, 2) if first_added_at else None,
+        "grown_after_s": round(grown_at - step_at, 2) if grown_at is not None else None,
+        "p50_before_ms": p50_ms(begin, step_at),
+        "p50_first_second_after_ms": p50_ms(step_at, step_at + 1.0),
+        "p50_last_second_ms": p50_ms(end - 1.0, end),
+        "scale_events": [f"{e['from']}→{e['to']}: {e['reason']}" for e in events],
+    }
+
+
+async def main(quick: bool) -> dict[str, Any]:
+    repeats = 100 if quick else 500
+    overhead = {backend: round(await _noop_us(backend, repeats), 1) for backend in BACKENDS}
+    overhead["bare_ray_actor"] = round(await _bare_ray_actor_us(repeats), 1)
+    paper = {
+        backend: {"1_instance_s": await _paper_scenario(backend, 1), "3_instances_s": None}
+        for backend in BACKENDS
+    }
+    for backend in BACKENDS:
+        paper[backend]["3_instances_s"] = await _paper_scenario(backend, 3)
+    calls = 4 if quick else 16
+    return {
+        "load_1min": round(os.getloadavg()[0], 2),
+        "overhead_us": overhead,
+        "paper_8_calls_1s_tool": paper,
+        "batching": await _batching(calls, rounds=1 if quick else 3),
+        "autoscale": {
+            # Ray starts at most as many worker processes at once as the node has CPUs: a longer window.
+            backend: await _autoscale_step(backend, maximum, before_s=2.0, after_s=after_s)
+            for backend, maximum, after_s in (("process", 16, 6.0), ("ray", 4, 20.0))
+        },
+    }
+
+
+if __name__ == "__main__":  # the guard also keeps worker processes from re-running the benchmark
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object (the only output)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    connect(None)
+    report = asyncio.run(main(args.quick))
+    print(
+        json.dumps(report, ensure_ascii=False)
+        if args.json
+        else json.dumps(report, indent=2, ensure_ascii=False)
+    )

@@ -1,0 +1,311 @@
+"""Ray backend: each instance is a Ray actor holding its CPU/GPU share, optionally in a placement group.
+
+The actor constructs the tool and runs `setup()` on whichever node Ray places it. Big array variables
+stay in the cluster: the actor returns them as a second return object, which Ray keeps in the object
+store of the actor's node (owned by the server, so it outlives the actor); the session holds a
+`ClusterArray` handle and a later call passes the handle, which the next actor reads from the store.
+Only the result's text, images and small variables come back to the server.
+
+`ray` is imported on first use, so a Toolshed without Ray actors never pays for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from spacetools.tools.batching import BatchResult
+from spacetools.tools.definition import (
+    Tool,
+    ToolContext,
+    ToolResult,
+    invoke_tool_method,
+    sanitize_error_text,
+)
+from spacetools.toolshed.backends.base import InstanceCrashed
+from spacetools.toolshed.deployment import ToolDeployment, resolve_tool_class
+
+if TYPE_CHECKING:
+    import ray
+
+__all__ = ["BULK_BYTES", "ClusterArray", "RayInstance", "connect", "fetch_cluster_values", "ray_factory"]
+
+#: Arrays at least this big stay in the object store (Ray inlines smaller objects in replies anyway).
+BULK_BYTES = 100 * 1024
+
+
+def connect(address: str | None = None) -> None:
+    """Join the Ray cluster at `address` ("auto", "host:port", or None: RAY_ADDRESS or a local Ray)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+
+
+class ClusterArray:
+    """A handle to an array a Ray actor produced, kept in Ray's object store until the session drops it."""
+
+    def __init__(self, ref: ray.ObjectRef, key: str, shape: tuple[int, ...], dtype: str, nbytes: int) -> None:
+        self.ref = ref
+        self.key = key
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+        self.nbytes = nbytes
+
+    def fetch(self) -> np.ndarray:
+        """The array itself (read-only, zero-copy on the node that holds it)."""
+        import ray
+
+        array: np.ndarray = ray.get(self.ref)[self.key]
+        return array
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        array = self.fetch()
+        return array if dtype is None else array.astype(dtype)
+
+    def __sizeof__(self) -> int:
+        # The session's memory caps count the data this handle keeps alive in the cluster.
+        return self.nbytes
+
+    def __repr__(self) -> str:
+        return f"ClusterArray(shape={self.shape}, dtype={self.dtype})"
+
+
+def fetch_cluster_values(value: Any) -> Any:
+    """`value` with every `ClusterArray` (also inside lists and dicts) replaced by its array."""
+    if isinstance(value, ClusterArray):
+        return value.fetch()
+    if isinstance(value, list):
+        return [fetch_cluster_values(item) for item in value]
+    if isinstance(value, dict):
+        return {key: fetch_cluster_values(item) for key, item in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class _BulkSlot:
+    """Where a big variable went: a key into the call's second return object."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+def _split_bulk(result: ToolResult) -> tuple[ToolResult, dict[str, np.ndarray]]:
+    """Move big array variables (of every result of a batch) out of `result` into a separate dict."""
+    bulk: dict[str, np.ndarray] = {}
+    parts = result.results if isinstance(result, BatchResult) else [result]
+    for index, part in enumerate(parts):
+        for name, value in list(part.variables.items()):
+            if isinstance(value, np.ndarray) and value.nbytes >= BULK_BYTES:
+                key = f"{index}:{name}"
+                bulk[key] = value
+                part.variables[name] = _BulkSlot(key, value.shape, value.dtype.str, value.nbytes)
+    return result, bulk
+
+
+def _attach_bulk(result: ToolResult, bulk_ref: ray.ObjectRef) -> ToolResult:
+    parts = result.results if isinstance(result, BatchResult) else [result]
+    for part in parts:
+        for name, value in list(part.variables.items()):
+            if isinstance(value, _BulkSlot):
+                part.variables[name] = ClusterArray(
+                    bulk_ref, value.key, value.shape, value.dtype, value.nbytes
+                )
+    return result
+
+
+class _ToolActor:
+    """The actor class: one tool object on a Ray worker process."""
+
+    def __init__(self, tool_ref: type[Tool] | str, config: dict[str, Any]) -> None:
+        self._tool_ref = tool_ref
+        self._config = config
+        self._tool: Tool | None = None
+
+    def setup(self) -> tuple[str, Any]:
+        try:
+            self._tool = resolve_tool_class(self._tool_ref)(**self._config)
+            self._tool.setup()
+        except Exception as exc:
+            return "failed", sanitize_error_text(f"{type(exc).__name__}: {exc}")
+        return "ready", os.getpid()
+
+    def invoke(
+        self, method: str, kwargs: dict[str, Any], ctx: ToolContext
+    ) -> tuple[ToolResult, dict[str, np.ndarray]]:
+        assert self._tool is not None, "setup() runs first"
+        return _split_bulk(invoke_tool_method(self._tool, method, fetch_cluster_values(kwargs), ctx))
+
+
+_actor_class: Any = None
+
+
+def _remote_actor_class() -> Any:
+    global _actor_class
+    if _actor_class is None:
+        import ray
+
+        _actor_class = ray.remote(_ToolActor)
+    return _actor_class
+
+
+class _Placement:
+    """The placement group of one deployment: a bundle per instance, created with its first instance.
+
+    Removed when its last instance is killed, which also frees the reservation between Toolsheds.
+    """
+
+    def __init__(self, strategy: str, bundles: int, num_cpus: float, num_gpus: float) -> None:
+        self._strategy = strategy.upper()
+        self._bundle = {"CPU": num_cpus, "GPU": num_gpus}
+        self._bundles = bundles
+        self._group: Any = None
+        self._users = 0
+
+    async def acquire(self, timeout_s: float) -> Any:
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if self._group is None:
+            bundle = {resource: amount for resource, amount in self._bundle.items() if amount > 0}
+            self._group = placement_group([bundle or {"CPU": 0.001}] * self._bundles, strategy=self._strategy)
+        self._users += 1
+        try:
+            await asyncio.wait_for(self._group.ready(), timeout_s)
+        except asyncio.TimeoutError:
+            self.release()
+            raise RuntimeError(
+                f"the Ray cluster cannot place {self._bundles} × {self._bundle} ({self._strategy}) "
+                f"within {timeout_s:g} s"
+            ) from None
+        # Bundle -1: any bundle with room, so a replacement takes the bundle its predecessor freed.
+        return PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=-1)
+
+    def release(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        self._users -= 1
+        if self._users == 0 and self._group is not None:
+            remove_placement_group(self._group)
+            self._group = None
+
+
+class RayInstance:
+    """A tool instance living in a Ray actor."""
+
+    def __init__(
+        self,
+        tool: type[Tool] | str,
+        config: dict[str, Any],
+        name: str,
+        *,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        placement: _Placement | None = None,
+        start_timeout_s: float = 600.0,
+    ) -> None:
+        self._tool_ref = tool
+        self._config = dict(config)
+        self._name = name
+        self._resources = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+        self._placement = placement
+        self._placed = False
+        self._start_timeout_s = start_timeout_s
+        self._actor: Any = None
+        self._pid: int | None = None
+        self._dead = False
+
+    @property
+    def alive(self) -> bool:
+        """True from a successful start until the actor dies or is killed."""
+        return self._actor is not None and not self._dead
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of the actor's worker (on its node)."""
+        return self._pid
+
+    async def start(self) -> None:
+        """Create the actor and wait until its tool is set up."""
+        import ray
+
+        connect()
+        # max_restarts=0: the router, not Ray, replaces a dead actor, so that the call it was running
+        # fails clearly and is counted; max_concurrency=1: the router gives each instance one call at once.
+        options: dict[str, Any] = dict(self._resources, max_restarts=0, max_concurrency=1)
+        if self._placement is not None:
+            options["scheduling_strategy"] = await self._placement.acquire(self._start_timeout_s)
+            self._placed = True
+        self._actor = _remote_actor_class().options(**options).remote(self._tool_ref, self._config)
+        try:
+            status, detail = await asyncio.wait_for(self._actor.setup.remote(), self._start_timeout_s)
+        except asyncio.TimeoutError:
+            await self.kill()
+            raise RuntimeError(
+                f"{self._name} setup did not finish within {self._start_timeout_s:g} s"
+            ) from None
+        except ray.exceptions.RayError as exc:
+            await self.kill()
+            raise RuntimeError(f"{self._name} actor failed to start: {type(exc).__name__}") from exc
+        if status != "ready":
+            await self.kill()
+            raise RuntimeError(f"{self._name} setup failed: {detail}")
+        self._pid = detail
+
+    async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run one call on the actor; its death is an `InstanceCrashed` (Ray reports no exit code)."""
+        import ray
+
+        if not self.alive:
+            raise InstanceCrashed(None)
+        result_ref, bulk_ref = self._actor.invoke.options(num_returns=2).remote(method, kwargs, ctx)
+        try:
+            result: ToolResult = await result_ref
+        except ray.exceptions.RayActorError:
+            self._dead = True
+            raise InstanceCrashed(None) from None
+        return _attach_bulk(result, bulk_ref)
+
+    async def kill(self) -> None:
+        """Kill the actor now (its running call fails, its object store values stay)."""
+        import ray
+
+        self._dead = True
+        if self._actor is not None:
+            ray.kill(self._actor, no_restart=True)
+        if self._placed and self._placement is not None:
+            self._placed = False
+            self._placement.release()
+
+
+def ray_factory(deployment: ToolDeployment, name: str) -> Callable[[], RayInstance]:
+    """Makes the instances of one deployment, sharing its placement group when it asks for one."""
+    placement = (
+        _Placement(
+            deployment.placement,
+            deployment.max_instances or deployment.instances,
+            deployment.num_cpus,
+            deployment.num_gpus,
+        )
+        if deployment.placement is not None
+        else None
+    )
+
+    def make() -> RayInstance:
+        return RayInstance(
+            deployment.tool,
+            deployment.config,
+            name,
+            num_cpus=deployment.num_cpus,
+            num_gpus=deployment.num_gpus,
+            placement=placement,
+        )
+
+    return make
