@@ -56,12 +56,16 @@ class ToolArgumentError(ToolError):
 
 @dataclass
 class ToolResult:
-    """What a tool call gives back: text for the model, pictures for reports, variables for the server."""
+    """What a tool call gives back: text for the model, pictures for reports, variables for the server.
+
+    `value` is the structured result for code (the text is protocol, written for the model).
+    """
 
     text: str
     images: list[np.ndarray] = field(default_factory=list)
     variables: dict[str, Any] = field(default_factory=dict)
     is_error: bool = False
+    value: Any = None
 
     @classmethod
     def error(cls, message: str) -> ToolResult:
