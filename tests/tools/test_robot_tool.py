@@ -201,3 +201,20 @@ def test_http_client_reports_a_dead_server() -> None:
     with pytest.raises(RobotUnavailableError, match="unreachable"):
         client.capture_image()
     client.close()
+
+
+def test_v2_is_v1_plus_the_robot_tools() -> None:
+    v1 = {spec.name for spec in Toolshed("v1").specs()}
+    v2 = {spec.name for spec in Toolshed("v2").specs()}
+    assert v2 - v1 == {
+        "robot.capture_image",
+        "robot.get_depth",
+        "robot.get_depth_with_pointcloud",
+        "robot.execute_grasp",
+        "robot.place_object_at_2d_location",
+        "robot.place_object_at_3d_location",
+    }
+    assert v1 < v2
+    grasp = next(spec for spec in Toolshed("v2").specs() if spec.name == "robot.execute_grasp")
+    assert grasp.parameters["required"] == ["grasp_pose"]
+    assert grasp.parameters["properties"]["grasp_pose"]["type"] == "string"  # a "$var" reference

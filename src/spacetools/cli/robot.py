@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -65,9 +66,9 @@ def evaluate(
     ),
 ) -> None:
     """Run a policy on the robot task suite and print the per-category success table."""
-    from spacetools.bench.robot.evaluate import evaluate_robot, summarize
+    from spacetools.bench.robot.evaluate import EPISODES_FILE, evaluate_robot, summarize
     from spacetools.bench.robot.report import REPORT_FILE
-    from spacetools.bench.robot.tasks import CATEGORIES, make_tasks
+    from spacetools.bench.robot.tasks import CATEGORIES, make_task
 
     if policy not in ROBOT_POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; choose one of: {', '.join(ROBOT_POLICIES)}")
@@ -79,8 +80,13 @@ def evaluate(
         chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **_policy_options(option))
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise typer.BadParameter(str(error), param_hint="--policy") from error
-    console.print(f"Building {tasks_per_category} task(s) per category (seed {seed}) …")
-    tasks = make_tasks(tasks_per_category, seed, chosen_categories)  # type: ignore[arg-type]
+    # Built as their turn comes, categories interleaved, so a long run's first rows cover every category.
+    tasks = [
+        partial(make_task, category, seed, index)
+        for index in range(tasks_per_category)
+        for category in chosen_categories
+    ]
+    console.print(f"Running {len(tasks)} task(s) (seed {seed}); episodes go to {out / EPISODES_FILE} …")
     results = asyncio.run(
         evaluate_robot(
             chosen,

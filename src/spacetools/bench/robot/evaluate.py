@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,7 @@ async def run_robot_episode(
 
 async def evaluate_robot(
     policy: Policy,
-    tasks: list[RobotTask],
+    tasks: Sequence[RobotTask | Callable[[], RobotTask]],
     *,
     profile: str = "exact",
     seed: int = 0,
@@ -142,7 +143,11 @@ async def evaluate_robot(
     concurrency: int = 1,
     out_dir: str | Path | None = None,
 ) -> list[EpisodeResult]:
-    """Run every task (at most `concurrency` at once), score, and write the output folder if given."""
+    """Run every task (at most `concurrency` at once), score, and write the output folder if given.
+
+    A task may be given as a function that builds it: it is built when its turn comes, so a long run
+    writes its first episodes early.
+    """
     robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency))
     semaphore = asyncio.Semaphore(concurrency)
     out = Path(out_dir) if out_dir is not None else None
@@ -152,8 +157,13 @@ async def evaluate_robot(
 
     async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
 
-        async def one(task: RobotTask) -> EpisodeResult:
+        async def one(task_or_builder: RobotTask | Callable[[], RobotTask]) -> EpisodeResult:
             async with semaphore:
+                task = (
+                    task_or_builder
+                    if isinstance(task_or_builder, RobotTask)
+                    else await asyncio.to_thread(task_or_builder)
+                )
                 result = await run_robot_episode(policy, toolshed, robots, task, max_turns, seed)
             if out is not None:
                 with (out / EPISODES_FILE).open("a") as stream:
