@@ -36,7 +36,7 @@ def serve(
 
     if category not in CATEGORIES:
         raise typer.BadParameter(f"unknown category {category!r}; choose one of: {', '.join(CATEGORIES)}")
-    task = make_task(category, seed)  # type: ignore[arg-type]
+    task = make_task(category, seed)
     robot = SimulatedRobot.from_spec(task.scene, record_frames=False)
     console.print(f"Robot at http://{host}:{port}  task: {task.question}")
     try:
@@ -82,7 +82,7 @@ def evaluate(
         raise typer.BadParameter(str(error), param_hint="--policy") from error
     # Built as their turn comes, categories interleaved, so a long run's first rows cover every category.
     tasks = [
-        partial(make_task, category, seed, index)
+        partial(make_task, category, seed, index)  # type: ignore[arg-type]  # checked above
         for index in range(tasks_per_category)
         for category in chosen_categories
     ]
