@@ -118,7 +118,7 @@ class RobotWorld:
             FRAME_WIDTH, max(1, round(FRAME_WIDTH * scene.camera.height / scene.camera.width))
         )
         self._lower, self._upper = self._joint_limits()
-        for link in (*FINGER_JOINTS,):
+        for link in FINGER_JOINTS:
             pybullet.changeDynamics(
                 self.robot, link, lateralFriction=FINGER_FRICTION, spinningFriction=0.01,
                 frictionAnchor=True, physicsClientId=self.client,
@@ -362,12 +362,11 @@ class RobotWorld:
             joints.append(seed)
         if check:
             self._check_path(joints[1:], ignore, carrying)
-        path = [
-            joints[min(keyframes - 1, int(t * keyframes))] * (1 - (t * keyframes % 1))
-            + joints[min(keyframes, int(t * keyframes) + 1)] * (t * keyframes % 1)
-            for t in (i / count for i in range(1, count + 1))
-        ]
-        path[-1] = joints[-1]
+        # The keyframes are 1 cm apart; the arm follows them at the Cartesian speed, one step per waypoint.
+        stack = np.asarray(joints)
+        keys = np.linspace(0.0, 1.0, keyframes + 1)
+        times = np.arange(1, count + 1) / count
+        path = [np.array([np.interp(t, keys, stack[:, j]) for j in range(len(ARM_JOINTS))]) for t in times]
         self._follow(path)
 
     def _follow(self, path: list[NDArray[np.float64]]) -> None:
