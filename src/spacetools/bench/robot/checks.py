@@ -78,4 +78,5 @@ def _placed(task: RobotTask, world: RobotWorld, body: int) -> tuple[bool, str]:
         region = region.difference(obs.footprint(task.goal.anchor))
     if region.contains(centre):
         return True, "placed"
-    return False, f"the object rests outside the goal region ({task.goal.relation} the anchor)"
+    anchor = obs.objects[task.goal.anchor].name
+    return False, f"the object rests outside the goal region ({task.goal.relation} the {anchor})"

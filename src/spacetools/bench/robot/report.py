@@ -25,6 +25,7 @@ table.summary td, table.summary th { padding: 0.2em 0.8em; border-bottom: 1px so
 .chain li { font-family: monospace; font-size: 0.85em; margin: 0.3em 0; }
 .chain .error { color: #b3261e; }
 img { border: 1px solid #ddd; margin-right: 0.5em; vertical-align: top; }
+img.strip { max-width: 100%; }
 """
 
 
@@ -90,7 +91,9 @@ def write_robot_report(results: list[EpisodeResult], out_dir: str | Path) -> Pat
             strip.save(folder / "strip.png")
             write_animation(result.frames, folder / "motion.gif")
             pictures += f'<img src="episodes/{result.task.id}/motion.gif" alt="motion">'
-            pictures += f'<br><img src="episodes/{result.task.id}/strip.png" alt="motion frames">'
+            pictures += (
+                f'<br><img class="strip" src="episodes/{result.task.id}/strip.png" alt="motion frames">'
+            )
         timing = (
             f"first motion {result.time_to_first_motion_s:.1f} s, "
             if result.time_to_first_motion_s is not None
