@@ -58,6 +58,7 @@ class EpisodeResult:
             "time_to_first_motion_s": self.time_to_first_motion_s,
             "wall_s": self.wall_s,
             "sim_steps": self.sim_steps,
+            "step_wall_s": self.step_wall_s,
             "trajectory": self.trajectory.to_dict(),
         }
 
