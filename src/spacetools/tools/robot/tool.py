@@ -9,7 +9,8 @@ is an error result the model reads.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -24,6 +25,8 @@ from spacetools.tools.robot.backend import (
     RobotMotionError,
     RobotUnavailableError,
 )
+
+_T = TypeVar("_T")
 
 
 class RobotTool(Tool):
@@ -178,10 +181,12 @@ class RobotTool(Tool):
             return DepthFrame(perturb_depth(frame.depth, profile, ctx.rng), frame.focal_length_px)
         return frame
 
-    def _motion(self, ctx: ToolContext, what: str, act: Any) -> ToolResult:
+    def _motion(
+        self, ctx: ToolContext, what: str, act: Callable[[RobotBackend], MotionOutcome]
+    ) -> ToolResult:
         robot = self.backend(ctx)
         try:
-            outcome: MotionOutcome = _robot_call(lambda: act(robot))
+            outcome = _robot_call(lambda: act(robot))
         except ToolError as exc:
             return ToolResult.error(f"{what} not executed: {exc}")
         rgb = _robot_call(robot.capture_image)
@@ -201,7 +206,7 @@ class RobotTool(Tool):
         )
 
 
-def _robot_call(call: Any) -> Any:
+def _robot_call(call: Callable[[], _T]) -> _T:
     """Run a robot call; motions not carried out and unreachable robots become `ToolError`s."""
     try:
         return call()
