@@ -106,3 +106,20 @@ def test_the_chain_picks_then_places_and_stops_on_failures() -> None:
     assert "<answer>I could not pick up the duck.</answer>" in failed
     not_found = asyncio.run(expert.act(_state(question, [["Detected 0 instance(s) of 'duck': []", "x"]])))
     assert "could not find the duck" in not_found
+
+
+def test_a_transient_failure_is_retried_once() -> None:
+    expert = RobotExpertPolicy()
+    question = "Pick up the red box."
+    found = ["Detected 1 instance(s) of 'red box': [(0.4, 0.5)]"]
+    flaky = [
+        "Error: RuntimeError: SAM2 inference failed (transient error); retry the call",
+        "Generated 640x480",
+    ]
+    retry = _calls(asyncio.run(expert.act(_state(question, [found, flaky]))))
+    assert [call["name"] for call in retry] == ["sam2.segment_from_point"]  # only the call that failed
+    recovered = ["Segmented object at normalized coords (0.400, 0.500) with IoU score: 0.950."]
+    following = _calls(asyncio.run(expert.act(_state(question, [found, flaky, recovered]))))
+    assert [call["name"] for call in following] == ["grasp_generator.compute_grasp"]
+    still_failing = asyncio.run(expert.act(_state(question, [found, flaky, [flaky[0]]])))
+    assert "<answer>I could not perceive the red box.</answer>" in still_failing
