@@ -32,7 +32,12 @@ V1: list[ToolDeployment] = [
     ToolDeployment(tool="spacetools.tools.vision_ops:VisionOpsTool", instances=1, backend="inprocess"),
 ]
 
-TOOLSETS: dict[str, list[ToolDeployment]] = {"v1": V1}
+# V2 adds the robot. One instance: each session's simulated world lives in that instance (a robot is
+# state), so every call of a session must reach it; motions take seconds of simulated time.
+ROBOT = ToolDeployment(tool="spacetools.tools.robot:RobotTool", instances=1, backend="process", timeout_s=300)
+V2: list[ToolDeployment] = [*V1, ROBOT]
+
+TOOLSETS: dict[str, list[ToolDeployment]] = {"v1": V1, "v2": V2}
 TOOLSET_NAMES: tuple[str, ...] = tuple(TOOLSETS)
 DEFAULT_PROFILE = "exact"
 

@@ -16,6 +16,7 @@ POLICIES: dict[str, tuple[str, str]] = {
     "openai": ("spacetools.agent.policies.openai", "OpenAIPolicy"),
     "hf": ("spacetools.agent.policies.hf", "HFPolicy"),
     "replay": ("spacetools.agent.policies.replay", "ReplayPolicy"),
+    "robot_scripted": ("spacetools.agent.policies.robot_expert", "RobotExpertPolicy"),
 }
 
 

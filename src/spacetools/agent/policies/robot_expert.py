@@ -1,0 +1,199 @@
+"""The scripted robot expert: picks and places with tools only, the stand-in teacher for robot traces.
+
+Its chain: point at the target (and at the place goal) with `roborefer`, segment the target with
+`sam2` while reading the robot's depth and point cloud, compute a grasp with `grasp_generator`,
+execute it with `robot.execute_grasp`, then place with `robot.place_object_at_2d_location` on the
+pointed spot. It reads only the question and tool texts (never the scene's truth). Like the other
+scripted policy it is stateless: each turn it re-runs its plan over the tool results in the
+conversation and writes the next step in the tag protocol; a call that failed transiently ("retry
+the call") is made once more.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spacetools.agent.protocol import message_text
+from spacetools.agent.types import EpisodeState
+from spacetools.rewards.parsing import parse_points
+
+_TOOL_RESPONSE_RE = re.compile(r"<tool_response>\s*(.*?)\s*(?:</tool_response>|\Z)", re.DOTALL)
+_NEAR_RE = re.compile(r"pick up the (?P<name>.+?) (?P<which>closer to|farther from) the camera", re.I)
+_ONE_OF_TWO_RE = re.compile(r"pick up the (?P<which>left|right) one of the two (?P<names>.+?)[.?!]*$", re.I)
+_PLACE_RE = re.compile(
+    r"pick up the (?P<item>.+?) and place it (?:(?P<tray>in the tray)|(?P<rel>to the left of|to the right of|"
+    r"in front of|behind) the (?P<anchor>.+?))[.?!]*$",
+    re.I,
+)
+_PICK_RE = re.compile(r"pick up the (?P<name>.+?)[.?!]*$", re.I)
+_RELATIONS = {"to the left of": "left of", "to the right of": "right of", "in front of": "in front of",
+              "behind": "behind"}  # fmt: skip
+
+Call = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RobotGoal:
+    """What the question asks: a referring expression for the target and, maybe, one for the spot."""
+
+    target: str
+    item: str
+    place: str | None = None
+
+
+def singular(noun_phrase: str) -> str:
+    """ "red boxes" -> "red box", "red mugs" -> "red mug"."""
+    if re.search(r"(x|s|ch|sh)es$", noun_phrase):
+        return noun_phrase[:-2]
+    return noun_phrase[:-1] if noun_phrase.endswith("s") else noun_phrase
+
+
+def read_goal(question: str) -> RobotGoal | None:
+    """The referring expressions of a robot question, or None when it is not understood."""
+    question = question.strip()
+    if match := _PLACE_RE.search(question):
+        item = match["item"]
+        if match["tray"]:
+            return RobotGoal(item, item, "tray")
+        relation = _RELATIONS[match["rel"].lower()]
+        side = f"to the {relation}" if relation in ("left of", "right of") else relation
+        return RobotGoal(
+            item, item, f"free space {side} the {match['anchor']} where the {item} can be placed"
+        )
+    if match := _NEAR_RE.search(question):
+        nearest = "nearest" if match["which"].lower() == "closer to" else "farthest"
+        return RobotGoal(f"the {nearest} {match['name']}", match["name"])
+    if match := _ONE_OF_TWO_RE.search(question):
+        name = singular(match["names"])
+        return RobotGoal(f"the {match['which'].lower()}most {name}", name)
+    if match := _PICK_RE.search(question):
+        return RobotGoal(match["name"], match["name"])
+    return None
+
+
+def tool_texts(messages: list[dict[str, Any]]) -> list[list[str]]:
+    """The tool response texts of each tool-calling assistant turn, in order."""
+    batches: list[list[str]] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            batches.append([])
+        elif message.get("role") == "tool" and batches:
+            text = message_text(message)
+            found = _TOOL_RESPONSE_RE.search(text)
+            batches[-1].append(found.group(1) if found else text.strip())
+    return [batch for batch in batches if batch]
+
+
+def _is_error(text: str) -> bool:
+    return text.lstrip().startswith("Error")
+
+
+def _first_point(text: str) -> tuple[float, float] | None:
+    points = [] if _is_error(text) else parse_points(text)
+    return (float(points[0][0]), float(points[0][1])) if points else None
+
+
+def _turn(thought: str, *calls: Call) -> str:
+    blocks = "\n".join(
+        "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+        for name, arguments in calls
+    )
+    return f"<think>{thought}</think>\n{blocks}"
+
+
+def _answer(thought: str, text: str) -> str:
+    return f"<think>{thought}</think>\n<answer>{text}</answer>"
+
+
+class _Pending(Exception):
+    """The plan needs the results of a tool turn that has not run yet."""
+
+    def __init__(self, turn: str) -> None:
+        super().__init__(turn)
+        self.turn = turn
+
+
+class _Replay:
+    """Feeds a plan the results of its earlier tool turns in order; a new turn ends this `act`."""
+
+    def __init__(self, batches: list[list[str]]) -> None:
+        self._batches = batches
+        self._next = 0
+
+    def call(self, thought: str, *calls: Call) -> list[str]:
+        """The results of one turn of calls, retrying once each call that failed transiently."""
+        results = self._take(thought, calls)
+        retry = [i for i, text in enumerate(results) if _is_error(text) and "retry the call" in text]
+        if retry:
+            again = self._take("A tool failed transiently; I call it again.", [calls[i] for i in retry])
+            for i, text in zip(retry, again, strict=True):
+                results[i] = text
+        return results
+
+    def _take(self, thought: str, calls: Sequence[Call]) -> list[str]:
+        if self._next >= len(self._batches):
+            raise _Pending(_turn(thought, *calls))
+        batch = self._batches[self._next]
+        self._next += 1
+        return [*batch, *["Error: no response"] * (len(calls) - len(batch))][: len(calls)]
+
+
+def _plan(goal: RobotGoal, replay: _Replay) -> str:
+    """The whole chain as straight-line code; returns the answer turn."""
+    calls = [("roborefer.detect_one", {"obj_name": goal.target, "image_index": 0})]
+    if goal.place is not None:
+        calls.append(("roborefer.detect_one", {"obj_name": goal.place, "image_index": 0}))
+    found = replay.call(f"I locate the {goal.item}" + (" and where it goes." if goal.place else "."), *calls)
+    target = _first_point(found[0])
+    if target is None:
+        return _answer(f"The {goal.item} was not found.", f"I could not find the {goal.item}.")
+    spot = _first_point(found[1]) if goal.place is not None else None
+    if goal.place is not None and spot is None:
+        return _answer("The pointing model found no spot to place it.", "I found no place for the object.")
+    perceived = replay.call(
+        f"I segment the {goal.item} at ({target[0]:.3f}, {target[1]:.3f}) and read the robot's depth.",
+        ("sam2.segment_from_point", {"x": round(target[0], 4), "y": round(target[1], 4), "image_index": 0}),
+        ("robot.get_depth_with_pointcloud", {}),
+    )
+    if any(_is_error(text) for text in perceived):
+        return _answer("Segmentation or depth failed.", f"I could not perceive the {goal.item}.")
+    arguments = {"point_cloud": "$point_cloud", "mask": "$segmentation_mask",
+                 "focal_length_px": "$focal_length_px", "image_index": 0}  # fmt: skip
+    (grasp,) = replay.call(
+        "I compute a grasp on the segmented object.", ("grasp_generator.compute_grasp", arguments)
+    )
+    if _is_error(grasp):
+        return _answer("No grasp was found.", f"I could not find a grasp for the {goal.item}.")
+    (picked,) = replay.call("I execute the grasp.", ("robot.execute_grasp", {"grasp_pose": "$grasp_pose"}))
+    if _is_error(picked):
+        return _answer("The grasp failed.", f"I could not pick up the {goal.item}.")
+    if spot is None:
+        return _answer("The object is held.", f"I picked up the {goal.item}.")
+    point = [round(spot[0], 4), round(spot[1], 4)]
+    (placed,) = replay.call(
+        f"I place it at ({spot[0]:.3f}, {spot[1]:.3f}).",
+        ("robot.place_object_at_2d_location", {"placement_point_2d": point}),
+    )
+    if _is_error(placed):
+        return _answer("The placement failed.", f"I picked up the {goal.item} but could not place it.")
+    return _answer("The object was placed.", f"I picked up the {goal.item} and placed it.")
+
+
+class RobotExpertPolicy:
+    """The deterministic robot expert (policy name `robot_scripted`)."""
+
+    name = "robot_scripted"
+
+    async def act(self, state: EpisodeState) -> str:
+        """The next step of the pick (and place) chain, from the tool results so far."""
+        goal = read_goal(state.task.question)
+        if goal is None:
+            return _answer("I do not understand this robot task.", "I cannot do this task.")
+        try:
+            return _plan(goal, _Replay(tool_texts(state.messages)))
+        except _Pending as pending:
+            return pending.turn

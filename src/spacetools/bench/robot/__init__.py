@@ -1,0 +1,1 @@
+"""The robot benchmark: seeded pick, relational pick and pick & place tasks, checks and evaluation."""

@@ -1,0 +1,191 @@
+"""The robot task suite: seeded tabletop tasks in the paper's three categories, with their truth.
+
+- Pick: "Pick up the red box."
+- Relational pick: two objects share a name and a spatial phrase picks one ("the red mug closer to
+  the camera", "the left one of the two red mugs").
+- Pick & place: "Pick up the red ball and place it in the tray." / "… in front of the white box."
+
+A `RobotTask` holds the question and image a policy sees and, apart from them, the truth its success
+checks read (`target`, `goal`); `agent_task()` gives the policy-facing `Task` without the truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from spacetools.agent.types import Task
+from spacetools.sim.freespace import placement
+from spacetools.sim.groundtruth import ObjectTruth
+from spacetools.sim.observation import Observation
+from spacetools.sim.world import Scene, build_scene
+
+Category = Literal["pick", "relational_pick", "pick_place"]
+CATEGORIES: tuple[Category, ...] = ("pick", "relational_pick", "pick_place")
+DATA_SOURCE = "robot"
+GRASPABLE = frozenset({"box", "cylinder", "ball", "lego brick", "toy", "duck", "wooden block", "mug"})
+MIN_VISIBLE = 0.6
+MIN_DEPTH_GAP_M = 0.06
+MIN_LATERAL_GAP_M = 0.06
+MAX_SCENE_ATTEMPTS = 80
+PLACE_SIDES = ("left of", "right of", "in front of")
+"""Sides a place task may ask for ("behind" would put the object under the arm's base)."""
+_SIDE_WORDS = {"left of": "to the left of", "right of": "to the right of", "in front of": "in front of"}
+
+
+@dataclass(frozen=True)
+class PlaceGoal:
+    """Where the picked object must come to rest: in a container, or on a side of an anchor object."""
+
+    anchor: int
+    relation: Literal["in", "left of", "right of", "in front of"]
+
+
+@dataclass
+class RobotTask:
+    """One robot episode: what the policy sees (question, image, scene) and the truth it is scored on."""
+
+    id: str
+    category: Category
+    question: str
+    image: np.ndarray
+    scene: str
+    target: int
+    goal: PlaceGoal | None = None
+
+    def agent_task(self) -> Task:
+        """The task as the rollout runs it: question, image and scene, never the truth."""
+        return Task(
+            id=self.id,
+            data_source=DATA_SOURCE,
+            question=self.question,
+            images=[self.image],
+            scenes=[self.scene],
+            extra_info={"category": self.category},
+        )
+
+
+def plural(name: str) -> str:
+    """A noun phrase's plural ("red box" -> "red boxes")."""
+    return name + ("es" if name.endswith(("x", "s", "ch", "sh")) else "s")
+
+
+def _graspable(truth: ObjectTruth) -> bool:
+    return (
+        truth.category in GRASPABLE and truth.grasp_pose is not None and truth.visible_fraction >= MIN_VISIBLE
+    )
+
+
+def _pick(obs: Observation, rng: np.random.Generator) -> tuple[str, int, None] | None:
+    counts = {name: sum(o.name == name for o in obs.objects) for name in {o.name for o in obs.objects}}
+    options = [t.index for t in obs.truths if _graspable(t) and counts[t.name] == 1]
+    if not options:
+        return None
+    target = int(rng.choice(options))
+    return f"Pick up the {obs.truths[target].name}.", target, None
+
+
+def _relational(obs: Observation, rng: np.random.Generator) -> tuple[str, int, None] | None:
+    names = [o.name for o in obs.objects]
+    twins = [n for n in set(names) if names.count(n) == 2]
+    if not twins:
+        return None
+    a, b = (i for i, n in enumerate(names) if n == twins[0])
+    if not (_graspable(obs.truths[a]) and _graspable(obs.truths[b])):
+        return None
+    name = twins[0]
+    depth_gap = float(obs.truths[a].position_camera[2] - obs.truths[b].position_camera[2])
+    lateral_gap = float((obs.centre(a) - obs.centre(b)) @ obs.right)
+    options = []
+    if abs(depth_gap) >= MIN_DEPTH_GAP_M:
+        near, far = (a, b) if depth_gap < 0 else (b, a)
+        options += [(f"Pick up the {name} closer to the camera.", near),
+                    (f"Pick up the {name} farther from the camera.", far)]  # fmt: skip
+    if abs(lateral_gap) >= MIN_LATERAL_GAP_M:
+        left, right = (a, b) if lateral_gap < 0 else (b, a)
+        options += [(f"Pick up the left one of the two {plural(name)}.", left),
+                    (f"Pick up the right one of the two {plural(name)}.", right)]  # fmt: skip
+    if not options:
+        return None
+    question, target = options[int(rng.integers(len(options)))]
+    return question, target, None
+
+
+def _pick_place(obs: Observation, rng: np.random.Generator) -> tuple[str, int, PlaceGoal] | None:
+    names = [o.name for o in obs.objects]
+    unique = [i for i, n in enumerate(names) if names.count(n) == 1]
+    items = [i for i in unique if _graspable(obs.truths[i])]
+    if not items:
+        return None
+    item = int(rng.choice(items))
+    trays = [i for i in unique if obs.objects[i].category == "tray" and obs.truths[i].visible_fraction > 0.8]
+    if trays:
+        return f"Pick up the {names[item]} and place it in the tray.", item, PlaceGoal(trays[0], "in")
+    anchors = [i for i in unique if i != item and obs.objects[i].category != "tray"]
+    pairs = [(a, s) for a in anchors for s in PLACE_SIDES if placement(obs, item, a, s) is not None]
+    if not pairs:
+        return None
+    anchor, side = pairs[int(rng.integers(len(pairs)))]
+    question = f"Pick up the {names[item]} and place it {_SIDE_WORDS[side]} the {names[anchor]}."
+    return question, item, PlaceGoal(anchor, side)  # type: ignore[arg-type]
+
+
+def make_task(
+    category: Category, seed: int, index: int = 0, width: int = 640, height: int = 480
+) -> RobotTask:
+    """The seeded task `index` of a category: scenes are drawn until one offers such a task."""
+    rng = np.random.default_rng([seed, CATEGORIES.index(category), index])
+    for _ in range(MAX_SCENE_ATTEMPTS):
+        scene_seed = int(rng.integers(2**31))
+        scene = build_scene(
+            scene_seed,
+            n_objects=int(rng.integers(3, 7)),
+            with_robot=True,
+            width=width,
+            height=height,
+            allow_duplicates=category == "relational_pick",
+        )
+        with scene:
+            obs = Observation.from_scene(scene)
+            # A pick & place scene wants a tray half of the time; others fall back to a side goal.
+            if category == "pick_place" and rng.random() < 0.5 and not _has_tray(obs):
+                continue
+            made = {"pick": _pick, "relational_pick": _relational, "pick_place": _pick_place}[category](
+                obs, rng
+            )
+            if made is None:
+                continue
+            question, target, goal = made
+            return RobotTask(
+                id=f"{category}-{seed}-{index}",
+                category=category,
+                question=question,
+                image=obs.view.rgb,
+                scene=scene.spec.model_dump_json(),
+                target=target,
+                goal=goal,
+            )
+    raise RuntimeError(
+        f"no {category} task found in {MAX_SCENE_ATTEMPTS} scenes (seed {seed}, index {index})"
+    )
+
+
+def _has_tray(obs: Observation) -> bool:
+    return any(o.category == "tray" for o in obs.objects)
+
+
+def make_tasks(
+    per_category: int, seed: int = 0, categories: tuple[Category, ...] = CATEGORIES
+) -> list[RobotTask]:
+    """`per_category` seeded tasks of each category, category by category."""
+    return [make_task(category, seed, i) for category in categories for i in range(per_category)]
+
+
+def initial_observation(task: RobotTask) -> Observation:
+    """The task's scene as it was set up (for the success checks)."""
+    from spacetools.sim.scene import SceneSpec
+
+    with Scene.from_spec(SceneSpec.model_validate_json(task.scene)) as scene:
+        return Observation.from_scene(scene)

@@ -1,0 +1,98 @@
+"""`HttpRobot`: the robot backend for any server with the original's robot HTTP API.
+
+Endpoints: `GET /capture_image` (PNG), `GET /get_depth` (npz with `depth` and `focal_length_px`),
+`POST /execute_grasp` (`{"grasp_pose": 4x4}`), `POST /place_object_at_2d_location`
+(`{"placement_point_2d": [x, y]}`), `POST /place_object_at_3d_location` (`{"placement_point_3d":
+[x, y, z]}`). A motion answers a `MotionOutcome` as JSON, or HTTP 409 with a `detail` when it was not
+carried out. A real arm plugs in by URL; `spacetools robot serve` is the simulated one.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import httpx
+import numpy as np
+from PIL import Image
+
+from spacetools.tools.robot.backend import DepthFrame, MotionOutcome, RobotMotionError, RobotUnavailableError
+
+DEFAULT_TIMEOUT_S = 120.0
+"""Motions of a real arm take seconds to tens of seconds."""
+
+
+class HttpRobot:
+    """A `RobotBackend` that calls a robot server."""
+
+    def __init__(self, base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 transport: httpx.BaseTransport | None = None) -> None:  # fmt: skip
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+
+    def capture_image(self) -> np.ndarray:
+        response = self._request("GET", "/capture_image")
+        try:
+            with Image.open(io.BytesIO(response.content)) as image:
+                return np.asarray(image.convert("RGB"))
+        except OSError as exc:
+            raise RobotUnavailableError(f"the robot server sent an unreadable image: {exc}") from None
+
+    def get_depth(self) -> DepthFrame:
+        response = self._request("GET", "/get_depth")
+        try:
+            with np.load(io.BytesIO(response.content), allow_pickle=False) as data:
+                return DepthFrame(np.asarray(data["depth"], dtype=np.float32), float(data["focal_length_px"]))
+        except (OSError, KeyError, ValueError) as exc:
+            raise RobotUnavailableError(f"the robot server sent an unreadable depth file: {exc}") from None
+
+    def execute_grasp(self, grasp_pose: np.ndarray) -> MotionOutcome:
+        pose = np.asarray(grasp_pose, dtype=np.float64)
+        return self._motion("/execute_grasp", {"grasp_pose": pose.tolist()})
+
+    def place_object_at_2d_location(self, point_2d: tuple[float, float]) -> MotionOutcome:
+        return self._motion(
+            "/place_object_at_2d_location", {"placement_point_2d": [float(c) for c in point_2d]}
+        )
+
+    def place_object_at_3d_location(self, point_3d: tuple[float, float, float]) -> MotionOutcome:
+        return self._motion(
+            "/place_object_at_3d_location", {"placement_point_3d": [float(c) for c in point_3d]}
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _motion(self, path: str, body: dict[str, Any]) -> MotionOutcome:
+        response = self._request("POST", path, json=body)
+        try:
+            return MotionOutcome.model_validate_json(response.content)
+        except ValueError as exc:
+            raise RobotUnavailableError(
+                f"the robot server sent an unreadable answer to {path}: {exc}"
+            ) from None
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise RobotUnavailableError(
+                f"the robot at {self.base_url} did not answer {path} in time"
+            ) from None
+        except httpx.TransportError as exc:
+            raise RobotUnavailableError(f"the robot at {self.base_url} is unreachable: {exc}") from None
+        if response.status_code in (409, 422):
+            raise RobotMotionError(_detail(response))
+        if not response.is_success:
+            raise RobotUnavailableError(
+                f"HTTP {response.status_code} from the robot's {path}: {_detail(response)}"
+            )
+        return response
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail", response.text)
+    except (ValueError, AttributeError):
+        return response.text
+    return detail if isinstance(detail, str) else str(detail)

@@ -1,0 +1,107 @@
+"""The robot task suite, its ground-truth checks and the evaluation that runs the expert on it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spacetools.agent.policies.robot_expert import RobotExpertPolicy
+from spacetools.bench.robot.checks import check
+from spacetools.bench.robot.evaluate import EPISODES_FILE, SUMMARY_FILE, evaluate_robot, summarize
+from spacetools.bench.robot.tasks import RobotTask, initial_observation, make_task
+from spacetools.sim.robot import RobotWorld
+from spacetools.sim.scene import SceneSpec
+
+
+@pytest.fixture(scope="module")
+def tray_task() -> RobotTask:
+    task = make_task("pick_place", 0, 0)
+    assert task.goal is not None and task.goal.relation == "in"
+    return task
+
+
+def test_tasks_are_seeded_and_hide_their_truth(tray_task: RobotTask) -> None:
+    again = make_task("pick_place", 0, 0)
+    assert (again.question, again.scene, again.target, again.goal) == (
+        tray_task.question,
+        tray_task.scene,
+        tray_task.target,
+        tray_task.goal,
+    )
+    assert tray_task.question.endswith("and place it in the tray.")
+    agent_task = tray_task.agent_task()
+    assert agent_task.extra_info == {"category": "pick_place"}
+    assert agent_task.scenes == [tray_task.scene] and agent_task.images[0] is tray_task.image
+    relational = make_task("relational_pick", 0, 0)
+    spec = SceneSpec.model_validate_json(relational.scene)
+    name = spec.objects[relational.target].name
+    assert len(spec.object_named(name)) == 2  # two objects share the name; the phrase picks one
+
+
+def _world(task: RobotTask) -> RobotWorld:
+    return RobotWorld.from_spec(SceneSpec.model_validate_json(task.scene), record_frames=False)
+
+
+def _grasp(world: RobotWorld, index: int) -> None:
+    truth = world.scene.ground_truth()[index]
+    assert truth.grasp_pose is not None
+    assert world.grasp(world.camera.cam_to_world @ truth.grasp_pose).success
+
+
+def test_checks_score_pick_and_place_on_the_world(tray_task: RobotTask) -> None:
+    nothing = check(tray_task, None)
+    assert (nothing.points, nothing.possible) == (0, 2)
+    tray = initial_observation(tray_task).footprint(tray_task.goal.anchor).centroid  # type: ignore[union-attr]
+    with _world(tray_task) as world:
+        _grasp(world, tray_task.target)
+        held = check(tray_task, world)
+        assert held.picked and held.placed is False and held.reason == "the object is still in the gripper"
+        world.place([tray.x, tray.y, 0.01])
+        placed = check(tray_task, world)
+        assert (placed.picked, placed.placed, placed.points) == (True, True, 2)
+    with _world(tray_task) as world:
+        _grasp(world, tray_task.target)
+        world.place([tray.x + 0.2 * np.sign(-tray.x or 1.0), -0.15, 0.0])  # well outside the tray
+        missed = check(tray_task, world)
+        assert (missed.points, missed.placed) == (1, False) and "outside the goal region" in missed.reason
+
+
+def test_picking_the_wrong_object_scores_nothing() -> None:
+    task = make_task("relational_pick", 0, 0)
+    spec = SceneSpec.model_validate_json(task.scene)
+    twin = next(o.index for o in spec.object_named(spec.objects[task.target].name) if o.index != task.target)
+    with _world(task) as world:
+        _grasp(world, twin)
+        outcome = check(task, world)
+    assert (outcome.points, outcome.reason) == (0, "picked the wrong object")
+
+
+@pytest.mark.slow
+def test_the_expert_picks_with_tools_only_and_the_run_writes_a_report(tmp_path: Path) -> None:
+    task = make_task("pick", 0, 1)
+    results = asyncio.run(evaluate_robot(RobotExpertPolicy(), [task], out_dir=tmp_path))
+    (result,) = results
+    names = [call.name for call in result.trajectory.tool_calls]
+    assert names == [
+        "roborefer.detect_one",
+        "sam2.segment_from_point",
+        "robot.get_depth_with_pointcloud",
+        "grasp_generator.compute_grasp",
+        "robot.execute_grasp",
+    ]
+    assert result.outcome.picked and result.trajectory.finish_reason == "answer"
+    assert result.time_to_first_motion_s is not None and 0 < result.time_to_first_motion_s < result.wall_s
+    assert result.sim_steps > 0 and result.frames
+    (summary,) = summarize(results)
+    assert (summary.category, summary.success_rate) == ("pick", 1.0)
+    row = json.loads((tmp_path / EPISODES_FILE).read_text().splitlines()[0])
+    assert row["id"] == task.id and row["points"] == 1
+    assert json.loads((tmp_path / SUMMARY_FILE).read_text())[0]["success_rate"] == 1.0
+    page = (tmp_path / "report.html").read_text()
+    assert task.question in page and "robot.execute_grasp" in page
+    assert (tmp_path / "episodes" / task.id / "motion.gif").is_file()
+    assert (tmp_path / "episodes" / task.id / "strip.png").is_file()
