@@ -12,7 +12,7 @@ from rich.console import Console
 from spacetools.agent.policies import POLICIES, make_policy
 from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, evaluate
 from spacetools.bench.summary import Summary, compare_table
-from spacetools.cli.options import profile_option
+from spacetools.cli.options import profile_option, toolset_deployments
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -76,6 +76,11 @@ def run(
         "--toolshed-url",
         help="Use a running Toolshed server (spacetools serve) instead of local tools.",
     ),
+    toolset_config: Path | None = typer.Option(
+        None,
+        "--toolset-config",
+        help="Tool-set config YAML (backends, models, devices); default: the simulated V1 tools.",
+    ),
 ) -> None:
     """Evaluate a policy on benchmark samples with live tools and write a run folder."""
     if ctx.invoked_subcommand is not None:
@@ -90,6 +95,15 @@ def run(
         raise typer.BadParameter(f"must be at least 1, got {limit}", param_hint="--limit")
     if concurrency < 1:
         raise typer.BadParameter(f"must be at least 1, got {concurrency}", param_hint="--concurrency")
+    if toolset_config is not None and toolshed_url is not None:
+        raise typer.BadParameter(
+            "a Toolshed server has its own tools; give --toolset-config to `spacetools serve --config`",
+            param_hint="--toolset-config",
+        )
+    # The simulated default keeps its name in run.json, so runs made before config files still resume.
+    toolset = (
+        "v1" if toolset_config is None else toolset_deployments("v1", toolset_config, "--toolset-config")
+    )
     options = _policy_options(option)
     if policy == "scripted":
         options.setdefault("max_turns", max_turns)
@@ -112,6 +126,7 @@ def run(
             max_tool_response_chars=max_tool_response_chars,
             system_prompt=system_prompt,
             toolshed_url=toolshed_url,
+            toolset=toolset,
             console=console,
         )
     except FileNotFoundError as error:

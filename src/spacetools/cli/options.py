@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -22,3 +23,19 @@ def profile_option(default: str = "realistic") -> Any:
     return typer.Option(
         default, "--profile", callback=_check_profile, help=f"Tool realism: {', '.join(PROFILE_NAMES)}."
     )
+
+
+def toolset_deployments(toolset: str, config: Path | None, config_option: str = "--config") -> Any:
+    """The deployments of a tool-set config file when given, else of the named tool set."""
+    from spacetools.toolshed.config import load_toolset_config
+    from spacetools.toolshed.toolsets import get_toolset
+
+    if config is not None:
+        try:
+            return load_toolset_config(config)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint=config_option) from None
+    try:
+        return get_toolset(toolset)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--toolset") from None

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from spacetools.cli.options import profile_option
+from spacetools.cli.options import profile_option, toolset_deployments
 from spacetools.toolshed import Toolshed
-from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
+from spacetools.toolshed.toolsets import TOOLSET_NAMES
 
 
 def serve(
     toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Tool-set config YAML (backends, models, devices); overrides --toolset."
+        ),
+    ] = None,
     host: Annotated[
         str, typer.Option(help="Address to listen on (0.0.0.0 for every interface).")
     ] = "127.0.0.1",
@@ -26,9 +33,6 @@ def serve(
 
     from spacetools.toolshed.http import create_app
 
-    try:
-        deployments = get_toolset(toolset)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--toolset") from error
+    deployments = toolset_deployments(toolset, config)
     app = create_app(Toolshed(deployments, profile=profile, seed=seed))
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -75,11 +75,15 @@ class PointingTool(SimulatedTool):
     understands_relations: ClassVar[bool] = True
     model: ClassVar[str] = "pointing model"
 
-    def _detect(self, obj_name: str, image_index: int, ctx: ToolContext, all_instances: bool) -> ToolResult:
+    def _points(self, ctx: ToolContext, obj_name: str, image_index: int, all_instances: bool) -> np.ndarray:
+        """The normalized points ``(N, 2)`` the model answers; the hook a real pointing model replaces."""
         observation = self.observe(ctx, image_index)
         profile = self.profile(ctx)
         maybe_fail(profile, ctx.rng, self.model)
-        points = point_at(observation, obj_name, all_instances, profile, ctx.rng, self.understands_relations)
+        return point_at(observation, obj_name, all_instances, profile, ctx.rng, self.understands_relations)
+
+    def _detect(self, obj_name: str, image_index: int, ctx: ToolContext, all_instances: bool) -> ToolResult:
+        points = self._points(ctx, obj_name, image_index, all_instances)
         text = f"Detected {len(points)} instance(s) of '{obj_name}': {format_points(points)}"
         if not len(points):
             return ToolResult(text=text)
