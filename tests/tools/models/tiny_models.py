@@ -83,8 +83,8 @@ def build_depth_anything(directory: Path) -> None:
     ).save_pretrained(directory)
 
 
-def build_sam(directory: Path) -> None:
-    """A SAM with a 64-pixel image encoder and its processor."""
+def build_sam(directory: Path, blind: bool = False) -> None:
+    """A SAM with a 64-pixel image encoder and its processor; ``blind``: every mask logit is 0 (empty)."""
     import torch
     from transformers import SamConfig, SamModel, SamProcessor
     from transformers.models.sam.image_processing_pil_sam import SamImageProcessorPil
@@ -116,7 +116,12 @@ def build_sam(directory: Path) -> None:
         },
     )
     torch.manual_seed(0)
-    SamModel(config).save_pretrained(directory)
+    model = SamModel(config)
+    if blind:  # a zero upscaled embedding makes every mask logit 0, i.e. an empty mask
+        with torch.no_grad():
+            model.mask_decoder.upscale_conv2.weight.zero_()
+            model.mask_decoder.upscale_conv2.bias.zero_()
+    model.save_pretrained(directory)
     processor = SamImageProcessorPil(
         size={"longest_edge": 64}, pad_size={"height": 64, "width": 64}, mask_size={"longest_edge": 16}
     )

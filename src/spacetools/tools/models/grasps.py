@@ -5,7 +5,8 @@ plane, scene subsampling) and its result text; only the search goes to the serve
 
 ``POST {url}`` with ``{"object_points": [[x, y, z], …], "scene_points": [[x, y, z], …],
 "up": [x, y, z], "max_width": m}`` (camera frame, metres) answers ``{"grasps": [{"pose": 4x4,
-"width": m, "confidence": c}, …], "sampled": n}`` with the collision-free grasps, best first or not.
+"width": m, "confidence": c}, …], "sampled": n, "collision_free": k}`` with collision-free grasps
+(any order; ``collision_free``, optional, counts all that survived when only the best are sent).
 An empty list is the "No collision-free grasps found" error, as from the original tool.
 """
 
@@ -38,6 +39,7 @@ class ServedGrasp(BaseModel):
 class GraspServerReply(BaseModel):
     grasps: list[ServedGrasp]
     sampled: int = Field(ge=0)
+    collision_free: int | None = Field(None, ge=0, description="When more survived than were sent.")
 
 
 class GraspServerTool(GraspGeneratorTool):
@@ -65,8 +67,8 @@ class GraspServerTool(GraspGeneratorTool):
 
         up = plane.normal if plane is not None else camera_up_fallback()
         request = {
-            "object_points": np.round(object_points, 5).tolist(),
-            "scene_points": np.round(scene_points, 5).tolist(),
+            "object_points": object_points.tolist(),
+            "scene_points": scene_points.tolist(),
             "up": [float(v) for v in up],
             "max_width": GRIPPER_MAX_WIDTH,
         }
@@ -84,4 +86,5 @@ class GraspServerTool(GraspGeneratorTool):
         if any(g.pose.shape != (4, 4) for g in grasps):
             raise ToolError("the grasp server's reply is malformed: every pose must be 4x4")
         best = max(grasps, key=lambda g: g.confidence)
-        return GraspSearch(best=best, sampled=reply.sampled, collision_free=len(grasps))
+        survivors = reply.collision_free if reply.collision_free is not None else len(grasps)
+        return GraspSearch(best=best, sampled=reply.sampled, collision_free=survivors)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from spacetools.tools.definition import ToolContext, ToolError
 from spacetools.tools.imagecodec import to_data_url
 from spacetools.tools.models.points import PointFormat, parse_points, prompt_for
-from spacetools.tools.models.runtime import ModelSettings, load_pretrained
+from spacetools.tools.models.runtime import ModelSettings, load_pretrained, load_processor
 from spacetools.tools.pointing import PointingTool, RoboReferTool, VLMPointingTool
 
 
@@ -59,11 +59,14 @@ class TransformersPointing(PointingTool):
 
         folder = str(self.settings.model_path)
         remote = self.settings.trust_remote_code
-        self.processor = AutoProcessor.from_pretrained(
-            folder, local_files_only=True, trust_remote_code=remote
+        self.processor = (
+            AutoProcessor.from_pretrained(folder, local_files_only=True, trust_remote_code=True)
+            if remote
+            else load_processor(folder)
         )
-        model_cls: Any = AutoModelForImageTextToText
-        self.model, self.device, self.dtype = load_pretrained(model_cls, self.settings)
+        self.network, self.device, self.dtype = load_pretrained(
+            AutoModelForImageTextToText, self.settings, trust_remote_code=remote
+        )
 
     def _points(self, ctx: ToolContext, obj_name: str, image_index: int, all_instances: bool) -> np.ndarray:
         image = ctx.image(image_index)
@@ -83,7 +86,7 @@ class TransformersPointing(PointingTool):
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(self.dtype)
         with torch.inference_mode():
-            generated = self.model.generate(
+            generated = self.network.generate(
                 **inputs, max_new_tokens=self.settings.max_new_tokens, do_sample=False
             )
         answer = self.processor.batch_decode(

@@ -78,11 +78,13 @@ def torch_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
 
 
-def load_pretrained(model_cls: Any, settings: ModelSettings) -> tuple[Any, torch.device, torch.dtype]:
+def load_pretrained(
+    model_cls: Any, settings: ModelSettings, **options: Any
+) -> tuple[Any, torch.device, torch.dtype]:
     """``model_cls.from_pretrained`` from the local folder, on the device and dtype, in eval mode."""
     device = torch_device(settings.device)
     dtype = torch_dtype(settings.dtype, device)
-    model = model_cls.from_pretrained(str(settings.model_path), local_files_only=True, dtype=dtype)
+    model = model_cls.from_pretrained(str(settings.model_path), local_files_only=True, dtype=dtype, **options)
     return model.to(device).eval(), device, dtype
 
 
@@ -140,3 +142,48 @@ class ImagePrep(BaseModel):
             self.image_std, np.float32
         )
         return torch.from_numpy(pixels.transpose(0, 3, 1, 2).copy()).to(device=device, dtype=dtype)
+
+
+def load_processor(path: Path | str) -> Any:
+    """``AutoProcessor`` for ``path``; without torchvision, the same processor class minus its video part.
+
+    transformers' video processors need torchvision, which CPU installs lack, and a processor such as
+    Qwen2.5-VL's refuses to build without one. Images need none of it (the PIL image processor is used),
+    so we build a subclass of the checkpoint's processor whose only sub-processors are image and text.
+    """
+    import transformers
+    from transformers import AutoConfig, AutoProcessor
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    try:
+        return AutoProcessor.from_pretrained(path, local_files_only=True)
+    except ImportError as error:
+        if "torchvision" not in str(error).lower():
+            raise
+        missing_torchvision = error
+    model_type = AutoConfig.from_pretrained(path, local_files_only=True).model_type
+    processor_name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    processor_cls = getattr(transformers, processor_name, None) if processor_name else None
+    if processor_cls is None:
+        raise ImportError(f"no processor for model type {model_type!r} loads without torchvision") from (
+            missing_torchvision
+        )
+    return _without_video(processor_cls).from_pretrained(path, local_files_only=True)
+
+
+def _without_video(processor_cls: type) -> type:
+    """A subclass of ``processor_cls`` that takes only an image processor and a tokenizer."""
+
+    def __init__(
+        self: Any, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None
+    ) -> None:
+        # ProcessorMixin takes its sub-processors from this signature, so the video one is never loaded.
+        processor_cls.__init__(
+            self,
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            video_processor=None,
+            chat_template=chat_template,
+        )
+
+    return type(f"{processor_cls.__name__}WithoutVideo", (processor_cls,), {"__init__": __init__})
