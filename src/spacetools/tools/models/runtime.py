@@ -171,7 +171,7 @@ def load_processor(path: Path | str) -> Any:
     return _without_video(processor_cls).from_pretrained(path, local_files_only=True)
 
 
-def _without_video(processor_cls: type) -> type:
+def _without_video(processor_cls: Any) -> Any:
     """A subclass of ``processor_cls`` that takes only an image processor and a tokenizer."""
 
     def __init__(
