@@ -204,8 +204,8 @@ def run(
     if (scene is None) == (image_path is None):
         raise typer.BadParameter("give exactly one of --scene and --image", param_hint="--scene, --image")
     deployments = _deployments(toolset, toolset_config)
-    call_list = _read_calls(calls)
     photo = None if image_path is None else _load_image(image_path)
+    call_list = _read_calls(calls)
     with _stdout_to_stderr() as stdout_fd:
         image, spec_json = (photo, None) if photo is not None else _load_scene(str(scene))
         results = asyncio.run(_run_calls(deployments, image, spec_json, call_list, profile, seed))

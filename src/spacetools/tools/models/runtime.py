@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 _T = TypeVar("_T")
+# transformers builds models under process-wide patches (meta-device init), so two models loading at
+# once in one process (in-process instances start in threads) corrupt each other: load one at a time.
+_LOADING = threading.Lock()
 
 
 class ModelSettings(BaseModel):
@@ -84,8 +88,11 @@ def load_pretrained(
     """``model_cls.from_pretrained`` from the local folder, on the device and dtype, in eval mode."""
     device = torch_device(settings.device)
     dtype = torch_dtype(settings.dtype, device)
-    model = model_cls.from_pretrained(str(settings.model_path), local_files_only=True, dtype=dtype, **options)
-    return model.to(device).eval(), device, dtype
+    with _LOADING:
+        model = model_cls.from_pretrained(
+            str(settings.model_path), local_files_only=True, dtype=dtype, **options
+        )
+        return model.to(device).eval(), device, dtype
 
 
 def batches(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
