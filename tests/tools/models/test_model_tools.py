@@ -283,3 +283,14 @@ def test_the_grasp_server_backend_answers_as_the_geometric_search_it_serves() ->
     unreachable.setup()
     result = invoke_tool_method(unreachable, "grasp_generator.compute_grasp", arguments, context(photo()))
     assert result.is_error and result.text.startswith("Error: the grasp server failed: ConnectError")
+
+
+def test_half_precision_weights_take_the_same_path_and_give_float_results(model_dir) -> None:
+    """bfloat16 on the CPU exercises the half-precision path a GPU takes with float16 (dtype=auto)."""
+    import torch
+
+    tool = Sam2ModelTool(model_path=str(model_dir("sam2")), dtype="bfloat16")
+    tool.setup()
+    assert next(tool.model.parameters()).dtype == torch.bfloat16
+    mask, score = tool.predict(photo(), np.array([[0.5, 0.5]]))
+    assert mask.shape == (48, 64) and mask.dtype == bool and isinstance(score, float)

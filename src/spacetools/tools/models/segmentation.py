@@ -74,7 +74,7 @@ class Sam2ModelTool(ModelSegmentationTool):
         scale = np.array([self.prep.width, self.prep.height])
         output = self.model(
             pixel_values=self.prep([image], self.device, self.dtype),
-            input_points=torch.as_tensor(points * scale, dtype=torch.float32, device=self.device)[None, None],
+            input_points=torch.as_tensor(points * scale, dtype=self.dtype, device=self.device)[None, None],
             input_labels=torch.ones((1, 1, len(points)), dtype=torch.int64, device=self.device),
             multimask_output=len(points) == 1,
         )
