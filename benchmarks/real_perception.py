@@ -4,7 +4,7 @@ Run: `python benchmarks/real_perception.py --json` (one JSON object on stdout). 
 from a folder saved by the test builders (tests/tools/models/tiny_models.py), on the CPU unless
 `--device cuda:0`. Per backend: `setup()` time, resident memory added by the load, the median latency
 of a direct tool call, and the median of the same call through a Toolshed (in-process and in a worker
-process), measured side by side. The tiny models make the model's own cost small, so the overhead is
+process), measured side by side (direct and Toolshed calls alternate). The tiny models make the model's own cost small, so the overhead is
 what the Toolshed and the tool's pre- and post-processing add.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+# One thread per process: the reference machine has 2 shared cores, and worker processes inherit this.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path[:0] = [str(Path(__file__).parents[1]), str(Path(__file__).parents[1] / "tests")]
 
 from spacetools.tools.definition import Tool, ToolContext, invoke_tool_method  # noqa: E402
@@ -63,34 +66,35 @@ def _cases(models: Path, device: str) -> list[tuple[str, str, str, dict[str, Any
     ]  # fmt: skip
 
 
-def _direct(tool_path: str, method: str, config: dict[str, Any], arguments: dict[str, Any], image: np.ndarray, repeats: int) -> dict[str, float]:  # fmt: skip
+def _load(tool_path: str, config: dict[str, Any]) -> tuple[Tool, float, float]:
+    """A set-up tool instance, its `setup()` seconds and the resident memory the load added (MB)."""
     module, _, name = tool_path.partition(":")
     tool: Tool = getattr(__import__(module, fromlist=[name]), name)(**config)
     before = _rss_mb()
     started = time.perf_counter()
     tool.setup()
-    load_s = time.perf_counter() - started
-    added_mb = _rss_mb() - before
+    return tool, time.perf_counter() - started, _rss_mb() - before
+
+
+async def _side_by_side(
+    tool: Tool, tool_path: str, method: str, config: dict[str, Any], arguments: dict[str, Any], image: np.ndarray, backend: str, repeats: int
+) -> tuple[float, float]:  # fmt: skip
+    """Median ms of a direct call and of the same call through a Toolshed, alternated call by call."""
     ctx = ToolContext(session_id="bench", images=[image], scenes=[None], rng=np.random.default_rng(0))
-    invoke_tool_method(tool, method, arguments, ctx)  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        invoke_tool_method(tool, method, arguments, ctx)
-        times.append(time.perf_counter() - started)
-    return {"load_s": load_s, "rss_added_mb": added_mb, "direct_ms": statistics.median(times) * 1e3}
-
-
-async def _through_toolshed(tool_path: str, method: str, config: dict[str, Any], arguments: dict[str, Any], image: np.ndarray, backend: str, repeats: int) -> float:  # fmt: skip
     async with Toolshed([ToolDeployment(tool=tool_path, backend=backend, config=config)]) as shed:
         session = shed.open_session([image])
-        await session.call(method, arguments)  # warm-up
-        times = []
+        for _ in range(3):  # warm-up: first calls pay for kernel selection and caches
+            invoke_tool_method(tool, method, arguments, ctx)
+            await session.call(method, arguments)
+        direct, through = [], []
         for _ in range(repeats):
             started = time.perf_counter()
+            invoke_tool_method(tool, method, arguments, ctx)
+            direct.append(time.perf_counter() - started)
+            started = time.perf_counter()
             await session.call(method, arguments)
-            times.append(time.perf_counter() - started)
-        return statistics.median(times) * 1e3
+            through.append(time.perf_counter() - started)
+    return statistics.median(direct) * 1e3, statistics.median(through) * 1e3
 
 
 def main() -> None:
@@ -112,13 +116,15 @@ def main() -> None:
             build(models / name)
         for label, tool_path, method, config, arguments in _cases(models, args.device):
             config = {**config, "device": args.device}
-            entry = _direct(tool_path, method, config, arguments, image, args.repeats)
+            tool, load_s, added_mb = _load(tool_path, config)
+            entry = {"load_s": load_s, "rss_added_mb": added_mb}
             for backend in ("inprocess", "process"):
-                through = asyncio.run(
-                    _through_toolshed(tool_path, method, config, arguments, image, backend, args.repeats)
+                direct, through = asyncio.run(
+                    _side_by_side(tool, tool_path, method, config, arguments, image, backend, args.repeats)
                 )
-                entry[f"{backend}_ms"] = through
-                entry[f"{backend}_overhead_ms"] = through - entry["direct_ms"]
+                entry[f"{backend}_direct_ms"] = direct
+                entry[f"{backend}_toolshed_ms"] = through
+                entry[f"{backend}_overhead_ms"] = through - direct
             results["tools"][label] = {key: round(value, 3) for key, value in entry.items()}
             if not args.json:
                 print(label, results["tools"][label], file=sys.stderr)
