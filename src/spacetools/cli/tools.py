@@ -52,7 +52,7 @@ def list_tools(
     """List the tool methods of a tool set with their arguments and how they are served."""
     deployments = _deployments(toolset, toolset_config)
     # One block per tool rather than a table: signatures are long and must read at 80 columns.
-    console.print(f"[bold]Tool set {toolset}[/bold]")
+    console.print(f"[bold]Tool set {toolset_config or toolset}[/bold]")
     for deployment in deployments:
         tool = deployment.tool_class()
         console.print(
