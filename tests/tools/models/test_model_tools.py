@@ -132,6 +132,8 @@ def test_depth_anything_predicts_metric_depth_in_batches_with_the_configured_fov
     assert all(np.isfinite(depth).all() and (depth >= 0).all() for depth, _ in results)
     # one image alone gives what it gave in the batch
     np.testing.assert_allclose(tool.predict(images[2:])[0][0], results[2][0], rtol=1e-4, atol=1e-5)
+    mixed = tool.predict([photo(), photo(30, 40), photo()])
+    assert [depth.shape for depth, _ in mixed] == [(48, 64), (30, 40), (48, 64)]
     cloud = tool.estimate_depth_with_pointcloud(0, ctx=context(images[0])).variables["point_cloud"]
     assert cloud.shape == (48 * 64, 3)
 

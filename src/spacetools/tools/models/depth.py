@@ -8,6 +8,7 @@ the same as on simulated scenes.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -48,8 +49,10 @@ class ModelDepthTool(DepthEstimatorTool):
     def predict(self, images: Sequence[np.ndarray]) -> list[tuple[np.ndarray, float]]:
         """Metric depth ``(H, W)`` float32 and focal length (px) of each image, ``batch_size`` at a time."""
         results: list[tuple[np.ndarray, float]] = []
-        for batch in batches(images, self.settings.batch_size):
-            results.extend(self._predict_batch(batch))
+        # A batch is one tensor, so only images of one size share a batch.
+        for _shape, group in itertools.groupby(images, key=lambda image: image.shape):
+            for batch in batches(list(group), self.settings.batch_size):
+                results.extend(self._predict_batch(batch))
         for depth, _focal in results:
             if not np.isfinite(depth).all():
                 raise ToolError("the depth model returned non-finite depth values")
