@@ -23,6 +23,7 @@ from spacetools.cli.options import (
     profile_option,
     read_text_file,
     seed_option,
+    toolset_deployments,
 )
 
 app = typer.Typer(no_args_is_help=True)
@@ -102,6 +103,11 @@ def run(
         "--toolshed-url",
         help="Use a running Toolshed server (spacetools serve) instead of local tools.",
     ),
+    toolset_config: Path | None = typer.Option(
+        None,
+        "--toolset-config",
+        help="Tool-set config YAML (backends, models, devices); default: the simulated V1 tools.",
+    ),
 ) -> None:
     """Evaluate a policy on benchmark samples with live tools and write a run folder."""
     if ctx.invoked_subcommand is not None:
@@ -121,6 +127,15 @@ def run(
     _check_url(toolshed_url)
     if system_prompt is not None:
         read_text_file(system_prompt, "--system-prompt")
+    if toolset_config is not None and toolshed_url is not None:
+        raise typer.BadParameter(
+            "a Toolshed server has its own tools; give --toolset-config to `spacetools serve --config`",
+            param_hint="--toolset-config",
+        )
+    # The simulated default keeps its name in run.json, so runs made before config files still resume.
+    toolset = (
+        "v1" if toolset_config is None else toolset_deployments("v1", toolset_config, "--toolset-config")
+    )
     options = key_values(option)
     if policy == "scripted":
         options.setdefault("max_turns", max_turns)
@@ -136,6 +151,7 @@ def run(
         policy=policy,
         policy_options=options,
         profile=profile,
+        toolset=toolset,
         seed=seed,
         toolshed_url=toolshed_url,
         system_prompt=system_prompt,

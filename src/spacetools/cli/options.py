@@ -77,3 +77,19 @@ def key_values(values: list[str] | None, param_hint: str = "--option") -> dict[s
         except json.JSONDecodeError:
             options[key.strip()] = raw
     return options
+
+
+def toolset_deployments(toolset: str, config: Path | None, config_option: str = "--config") -> Any:
+    """The deployments of a tool-set config file when given, else of the named tool set."""
+    from spacetools.toolshed.config import load_toolset_config
+    from spacetools.toolshed.toolsets import get_toolset
+
+    if config is not None:
+        try:
+            return load_toolset_config(config)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint=config_option) from None
+    try:
+        return get_toolset(toolset)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--toolset") from None

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 from pydantic import ValidationError
 
-from spacetools.cli.options import profile_option
+from spacetools.cli.options import profile_option, toolset_deployments
 from spacetools.toolshed import Toolshed
 from spacetools.toolshed.limits import TOKEN_ENV, ServerLimits
-from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset, on_backend
+from spacetools.toolshed.toolsets import TOOLSET_NAMES, on_backend
 
 _DEFAULTS = ServerLimits()
 _LIMITS = "Limits"
@@ -19,6 +20,12 @@ MCP_TRANSPORTS = ("stdio", "streamable-http")
 
 def serve(
     toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Tool-set config YAML (backends, models, devices); overrides --toolset."
+        ),
+    ] = None,
     host: Annotated[
         str, typer.Option(help="Address to listen on (anything but loopback requires --token).")
     ] = "127.0.0.1",
@@ -79,10 +86,7 @@ def serve(
     With `--mcp`, serve it to MCP clients instead, over stdio (a client starts the server) or
     streamable HTTP.
     """
-    try:
-        deployments = get_toolset(toolset)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--toolset") from error
+    deployments = toolset_deployments(toolset, config)
     if mcp_transport not in MCP_TRANSPORTS:
         raise typer.BadParameter(
             f"{mcp_transport!r} is not one of {', '.join(MCP_TRANSPORTS)}", param_hint="--mcp-transport"

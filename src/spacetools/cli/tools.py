@@ -1,4 +1,4 @@
-"""`spacetools tools`: list a tool set, print its schemas, and run tool calls on a simulated scene."""
+"""`spacetools tools`: list a tool set, print its schemas, and run tool calls on a scene or a photo."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import typer
 from rich.console import Console
 from rich.padding import Padding
 
-from spacetools.cli.options import profile_option, read_text_file, seed_option
+from spacetools.cli.options import profile_option, read_text_file, seed_option, toolset_deployments
 from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
 from spacetools.toolshed.deployment import ToolDeployment
-from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
+from spacetools.toolshed.toolsets import TOOLSET_NAMES
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -27,11 +27,17 @@ console = Console()
 SCHEMA_FORMATS = ("openai", "hermes")
 
 
-def _deployments(toolset: str) -> list[ToolDeployment]:
-    try:
-        return get_toolset(toolset)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--toolset") from error
+def _deployments(toolset: str, config: Path | None = None) -> list[ToolDeployment]:
+    deployments: list[ToolDeployment] = toolset_deployments(toolset, config, "--toolset-config")
+    return deployments
+
+
+def _config_option() -> Any:
+    return typer.Option(
+        None,
+        "--toolset-config",
+        help="Tool-set config YAML (backends, models, devices); overrides --toolset.",
+    )
 
 
 def _specs(deployments: list[ToolDeployment]) -> list[ToolSpec]:
@@ -41,11 +47,12 @@ def _specs(deployments: list[ToolDeployment]) -> list[ToolSpec]:
 @app.command("list")
 def list_tools(
     toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
+    toolset_config: Path | None = _config_option(),
 ) -> None:
     """List the tool methods of a tool set with their arguments and how they are served."""
-    deployments = _deployments(toolset)
+    deployments = _deployments(toolset, toolset_config)
     # One block per tool rather than a table: signatures are long and must read at 80 columns.
-    console.print(f"[bold]Tool set {toolset}[/bold]")
+    console.print(f"[bold]Tool set {toolset_config or toolset}[/bold]")
     for deployment in deployments:
         tool = deployment.tool_class()
         console.print(
@@ -105,6 +112,19 @@ def _read_calls(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return calls
 
 
+def _load_image(path: Path) -> np.ndarray:
+    """A photo as an RGB array."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not path.is_file():
+        raise typer.BadParameter(f"no such file: {path}", param_hint="--image")
+    try:
+        with Image.open(path) as picture:
+            return np.asarray(picture.convert("RGB"))
+    except (UnidentifiedImageError, OSError) as error:
+        raise typer.BadParameter(f"{path} is not an image: {error}", param_hint="--image") from None
+
+
 def _load_scene(scene: str) -> tuple[np.ndarray, str]:
     """The rendered image and scene spec JSON of a scene directory or an integer seed."""
     from spacetools.sim.layout import build_scene
@@ -143,7 +163,7 @@ def _stdout_to_stderr() -> Iterator[int]:
 async def _run_calls(
     deployments: list[ToolDeployment],
     image: np.ndarray,
-    spec_json: str,
+    spec_json: str | None,
     calls: list[tuple[str, dict[str, Any]]],
     profile: str,
     seed: int,
@@ -170,16 +190,25 @@ async def _run_calls(
 
 @app.command("run")
 def run(
-    scene: str = typer.Option(..., "--scene", help="A scene directory (from scene.save) or an integer seed."),
     calls: Path = typer.Option(..., "--calls", help='JSON list of {"name": …, "arguments": {…}}.'),
+    scene: str | None = typer.Option(
+        None, "--scene", help="A scene directory (from scene.save) or an integer seed."
+    ),
+    image_path: Path | None = typer.Option(
+        None, "--image", help="A photo (PNG, JPEG, …) for real backends (see --toolset-config)."
+    ),
     profile: str = profile_option("exact"),
     toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
+    toolset_config: Path | None = _config_option(),
     seed: int = seed_option("Toolshed seed (the same seed gives the same results)."),
 ) -> None:
-    """Run tool calls in order in one session on a simulated scene; print the results as JSON."""
-    deployments = _deployments(toolset)
+    """Run tool calls in order in one session on a simulated scene or a photo; print the results as JSON."""
+    if (scene is None) == (image_path is None):
+        raise typer.BadParameter("give exactly one of --scene and --image", param_hint="--scene, --image")
+    deployments = _deployments(toolset, toolset_config)
+    photo = None if image_path is None else _load_image(image_path)
     call_list = _read_calls(calls)
     with _stdout_to_stderr() as stdout_fd:
-        image, spec_json = _load_scene(scene)
+        image, spec_json = (photo, None) if photo is not None else _load_scene(str(scene))
         results = asyncio.run(_run_calls(deployments, image, spec_json, call_list, profile, seed))
         os.write(stdout_fd, (json.dumps(results, indent=2, ensure_ascii=False) + "\n").encode())

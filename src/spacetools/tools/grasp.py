@@ -229,6 +229,16 @@ class GraspGeneratorTool(Tool):
 
     name: ClassVar[str] = "grasp_generator"
 
+    def _search(
+        self,
+        object_points: np.ndarray,
+        scene_points: np.ndarray,
+        rng: np.random.Generator,
+        plane: SupportPlane | None,
+    ) -> GraspSearch:
+        """The best grasp on the object; the hook a grasp server backend replaces."""
+        return search_grasps(object_points, scene_points, rng, plane)
+
     @tool_method
     def compute_grasp(
         self,
@@ -273,7 +283,7 @@ class GraspGeneratorTool(Tool):
             if len(rest) > MAX_SCENE_POINTS
             else rest
         )
-        search = search_grasps(subsample(object_points, 4000), scene, ctx.rng, plane)
+        search = self._search(subsample(object_points, 4000), scene, ctx.rng, plane)
         best = search.best
         points_3d = gripper_points(best.pose, min(best.width, GRIPPER_MAX_WIDTH))
         points_2d = project_to_normalized(points_3d, focal, width, height)

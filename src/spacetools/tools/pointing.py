@@ -88,12 +88,14 @@ class PointingTool(SimulatedTool):
     decimals: ClassVar[int | None] = 3
     """Rounding of the printed points (None: full float reprs)."""
 
-    def _detect(self, obj_name: str, image_index: int, ctx: ToolContext, all_instances: bool) -> ToolResult:
+    def _points(self, ctx: ToolContext, obj_name: str, image_index: int, all_instances: bool) -> np.ndarray:
+        """The normalized points ``(N, 2)`` the model answers; the hook a real pointing model replaces."""
         observation = self.observe(ctx, image_index)
         maybe_fail(self.profile, ctx.rng, self.model)
-        points = point_at(
-            observation, obj_name, all_instances, self.profile, ctx.rng, self.understands_relations
-        )
+        return point_at(observation, obj_name, all_instances, self.profile, ctx.rng, self.understands_relations)
+
+    def _detect(self, obj_name: str, image_index: int, ctx: ToolContext, all_instances: bool) -> ToolResult:
+        points = self._points(ctx, obj_name, image_index, all_instances)
         text = (
             f"Detected {len(points)} instance(s) of '{obj_name}': {format_detections(points, self.decimals)}"
         )

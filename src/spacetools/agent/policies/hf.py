@@ -21,6 +21,7 @@ from PIL import Image
 
 from spacetools.agent.chat import TOOL_RESPONSE_OPEN, to_chat_messages
 from spacetools.tools import imagecodec
+from spacetools.tools.models.runtime import load_processor
 
 if TYPE_CHECKING:
     from spacetools.agent.types import EpisodeState
@@ -244,48 +245,3 @@ def _generation_config(model: Any, tokenizer: Any, max_new_tokens: int, temperat
         raise ValueError("hf policy: the tokenizer has neither a pad nor an end-of-sequence token")
     config.pad_token_id = pad_token_id
     return config
-
-
-def load_processor(path: Path) -> Any:
-    """``AutoProcessor`` for ``path``; without torchvision, the same processor class minus its video part.
-
-    transformers' video processors need torchvision, which CPU installs lack, and a processor such as
-    Qwen2.5-VL's refuses to build without one. Images need none of it (the PIL image processor is used),
-    so we build a subclass of the checkpoint's processor whose only sub-processors are image and text.
-    """
-    import transformers
-    from transformers import AutoConfig, AutoProcessor
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
-
-    try:
-        return AutoProcessor.from_pretrained(path, local_files_only=True)
-    except ImportError as error:
-        if "torchvision" not in str(error).lower():
-            raise
-        missing_torchvision = error
-    model_type = AutoConfig.from_pretrained(path, local_files_only=True).model_type
-    processor_name = PROCESSOR_MAPPING_NAMES.get(model_type)
-    processor_cls = getattr(transformers, processor_name, None) if processor_name else None
-    if processor_cls is None:
-        raise ImportError(
-            f"hf policy: no processor for model type {model_type!r} loads without torchvision"
-        ) from (missing_torchvision)
-    return _without_video(processor_cls).from_pretrained(path, local_files_only=True)
-
-
-def _without_video(processor_cls: Any) -> Any:
-    """A subclass of ``processor_cls`` that takes only an image processor and a tokenizer."""
-
-    def __init__(
-        self: Any, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None
-    ) -> None:
-        # ProcessorMixin takes its sub-processors from this signature, so the video one is never loaded.
-        processor_cls.__init__(
-            self,
-            image_processor=image_processor,
-            tokenizer=tokenizer,
-            video_processor=None,
-            chat_template=chat_template,
-        )
-
-    return type(f"{processor_cls.__name__}WithoutVideo", (processor_cls,), {"__init__": __init__})
