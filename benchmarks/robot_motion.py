@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from spacetools.sim.robot import MotionError, RobotWorld
-from spacetools.sim.world import build_scene
+from spacetools.sim.layout import build_scene
 
 SEEDS = (1, 2, 3, 5, 7, 11)
 

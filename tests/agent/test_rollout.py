@@ -374,7 +374,7 @@ def test_an_input_carries_attachments_to_the_session_and_the_config_is_validated
             Args:
                 image_index: The image.
             """
-            return ToolResult(text=ctx.scene_spec(image_index))
+            return ToolResult(text=ctx.attachment(image_index)["scene"])
 
     async def body() -> Trajectory:
         async with Toolshed([ToolDeployment(tool=SceneTool, backend="inprocess")]) as shed:

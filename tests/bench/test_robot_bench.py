@@ -33,9 +33,10 @@ def test_tasks_are_seeded_and_hide_their_truth(tray_task: RobotTask) -> None:
         tray_task.goal,
     )
     assert tray_task.question.endswith("and place it in the tray.")
-    agent_task = tray_task.agent_task()
-    assert agent_task.extra_info == {"category": "pick_place"}
-    assert agent_task.scenes == [tray_task.scene] and agent_task.images[0] is tray_task.image
+    episode = tray_task.episode_input()
+    assert episode.task.extra_info == {"category": "pick_place"}
+    assert episode.attachments == [{"scene": tray_task.scene}] and episode.task.images[0] is tray_task.image
+    assert tray_task.scene not in repr(vars(episode.task))
     relational = make_task("relational_pick", 0, 0)
     spec = SceneSpec.model_validate_json(relational.scene)
     name = spec.objects[relational.target].name

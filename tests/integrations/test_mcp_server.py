@@ -22,7 +22,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from PIL import Image
 
-from spacetools.sim.world import build_scene
+from spacetools.sim.layout import build_scene
 from spacetools.tools import imagecodec
 
 SERVE = [

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from spacetools.sim.bullet import pybullet
+from spacetools.sim.layout import build_scene
 from spacetools.sim.robot import PICK_MIN_LIFT, MotionError, RobotWorld
-from spacetools.sim.world import build_scene
 
 SEED = 1  # a scene whose first object (a ball) has a top-down ground-truth grasp in reach
 

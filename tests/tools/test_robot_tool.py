@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import uvicorn
 
-from spacetools.sim.world import build_scene
+from spacetools.sim.layout import build_scene
 from spacetools.tools.robot import RobotMotionError, RobotTool, RobotUnavailableError
 from spacetools.tools.robot.http_client import HttpRobot
 from spacetools.tools.robot.server import create_robot_app

@@ -34,7 +34,7 @@ from verl.trainer.ppo.reward import get_custom_reward_fn
 from spacetools.integrations.verl.export import export_verl
 from spacetools.integrations.verl.tool import ToolshedTool
 from spacetools.sim.camera import Camera
-from spacetools.sim.world import build_scene
+from spacetools.sim.layout import build_scene
 from spacetools.tools import imagecodec
 from spacetools.toolshed import Toolshed
 

@@ -37,7 +37,6 @@ from spacetools.agent.protocol import (
     tool_message,
 )
 from spacetools.agent.types import (
-    Attachment,
     EpisodeInput,
     EpisodeState,
     Policy,
@@ -50,8 +49,8 @@ from spacetools.agent.types import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from spacetools.toolshed import ToolProvider, ToolSession
     from spacetools.tools.definition import ToolResult
+    from spacetools.toolshed import ToolProvider, ToolSession
 
 DEFAULT_MAX_TURNS = 8
 DEFAULT_MAX_TOOL_CALLS_PER_TURN = 16

@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spacetools.agent.rollout import RolloutConfig, run_episodes
-from spacetools.toolshed import ToolProvider
 from spacetools.agent.types import EpisodeInput, Policy, Task, Trajectory
 from spacetools.bench.dataset import Sample, read_samples
 from spacetools.bench.report import write_report
@@ -39,7 +38,7 @@ from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.rewards import compute_score
 from spacetools.tools import imagecodec
 from spacetools.tools.realism import get_profile
-from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed import ToolDeployment, ToolProvider, Toolshed
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.toolsets import get_toolset
 

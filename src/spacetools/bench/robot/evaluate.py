@@ -113,7 +113,7 @@ async def run_robot_episode(
 ) -> EpisodeResult:
     """Run one task, then score it on the world it left and free that world."""
     started = time.perf_counter()
-    trajectory = await run_episode(policy, toolshed, task.agent_task(), max_turns=max_turns, seed=seed)
+    trajectory = await run_episode(policy, toolshed, task.episode_input(), max_turns=max_turns, seed=seed)
     wall_s = time.perf_counter() - started
     robot = robots.find_by_scene(task.scene)
     world = robot.world if robot is not None else None

@@ -6,7 +6,7 @@
 - Pick & place: "Pick up the red ball and place it in the tray." / "… in front of the white box."
 
 A `RobotTask` holds the question and image a policy sees and, apart from them, the truth its success
-checks read (`target`, `goal`); `agent_task()` gives the policy-facing `Task` without the truth.
+checks read (`target`, `goal`); `episode_input()` gives the policy-facing `Task` (its scene for the tools only), never the truth.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from typing import Literal
 
 import numpy as np
 
-from spacetools.agent.types import Task
+from spacetools.agent.types import EpisodeInput, Task
 from spacetools.sim.freespace import placement
 from spacetools.sim.groundtruth import ObjectTruth
+from spacetools.sim.layout import build_scene
 from spacetools.sim.observation import Observation
-from spacetools.sim.world import Scene, build_scene
+from spacetools.sim.world import Scene
 
 Category = Literal["pick", "relational_pick", "pick_place"]
 CATEGORIES: tuple[Category, ...] = ("pick", "relational_pick", "pick_place")
@@ -55,16 +56,17 @@ class RobotTask:
     target: int
     goal: PlaceGoal | None = None
 
-    def agent_task(self) -> Task:
-        """The task as the rollout runs it: question, image and scene, never the truth."""
-        return Task(
+    def episode_input(self) -> EpisodeInput:
+        """The episode as the rollout runs it: the policy sees the question and the image; the scene goes
+        to the tools' session alone (the robot's world); the truth to neither."""
+        task = Task(
             id=self.id,
             data_source=DATA_SOURCE,
             question=self.question,
             images=[self.image],
-            scenes=[self.scene],
             extra_info={"category": self.category},
         )
+        return EpisodeInput(task, attachments=[{"scene": self.scene}])
 
 
 def plural(name: str) -> str:

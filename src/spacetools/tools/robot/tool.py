@@ -9,8 +9,8 @@ is an error result the model reads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import ClassVar, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,12 @@ class RobotTool(Tool):
     """
 
     name: ClassVar[str] = "robot"
+    config_keys: ClassVar[frozenset[str]] = frozenset({"url", "timeout_s", "max_worlds", "robots", "profile"})
+
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> None:
+        """The realism profile (of the simulated depth sensor) must be a known one."""
+        get_profile(str(config.get("profile", "exact")))
 
     def setup(self) -> None:
         url = self.config.get("url")
@@ -57,7 +63,10 @@ class RobotTool(Tool):
         """The robot of this call's session."""
         if self._remote is not None:
             return self._remote
-        return self._robots.for_session(ctx.session_id, ctx.scene_spec(0))
+        scene = ctx.attachment(0).get("scene")
+        if not isinstance(scene, str):
+            raise ToolError("the robot's workspace is unknown: image 0 has no simulated scene attached")
+        return self._robots.for_session(ctx.session_id, scene)
 
     @tool_method
     def capture_image(self, *, ctx: ToolContext) -> ToolResult:
@@ -69,7 +78,7 @@ class RobotTool(Tool):
         rgb = _robot_call(lambda: self.backend(ctx).capture_image())
         height, width = rgb.shape[:2]
         text = (
-            f"Captured {width}x{height} image from the robot camera (image {len(ctx.images)} in the "
+            f"Captured {width}x{height} image from the robot camera (image {ctx.image_count} in the "
             f"conversation). Use $captured_image to reference it."
         )
         return ToolResult(text=text, images=[rgb], variables={"captured_image": rgb},
@@ -177,7 +186,7 @@ class RobotTool(Tool):
     def _depth(self, ctx: ToolContext) -> DepthFrame:
         frame = _robot_call(lambda: self.backend(ctx).get_depth())
         if self._remote is None:  # the simulated sensor's noise follows the realism profile
-            profile = get_profile(ctx.profile)
+            profile = get_profile(str(self.config.get("profile", "exact")))
             return DepthFrame(perturb_depth(frame.depth, profile, ctx.rng), frame.focal_length_px)
         return frame
 
