@@ -6,6 +6,8 @@ import asyncio
 import base64
 import json
 import struct
+import subprocess
+import sys
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -233,3 +235,11 @@ def test_serve_refuses_an_exposed_server_without_a_token(
     app.command()(serve)
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2 and message in " ".join(result.output.replace("│", " ").split())
+
+
+def test_the_client_needs_no_web_framework() -> None:
+    command = (
+        "import sys, spacetools.toolshed.client; print(sorted({'fastapi', 'starlette'} & set(sys.modules)))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", command], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
