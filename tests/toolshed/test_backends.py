@@ -158,6 +158,33 @@ def test_an_instance_killed_from_outside_mid_call_returns_an_error(
     assert victim not in [instance.pid for instance in shed.router("fault").instances]
 
 
+def test_an_instance_that_dies_while_idle_is_replaced_before_a_call_reaches_it(
+    loop: asyncio.AbstractEventLoop, shed: Toolshed, backend: str
+) -> None:
+    if backend == "inprocess":
+        pytest.skip("an in-process instance has no process of its own to kill")
+    _run(loop, _settled(shed, "fault", 2))
+    router = shed.router("fault")
+    victim = router.instances[0]
+    before = shed.stats()["tools"]["fault"]
+    assert victim.pid is not None
+    os.kill(victim.pid, signal.SIGKILL)
+
+    async def noticed() -> None:
+        deadline = time.monotonic() + 20
+        while victim.alive:
+            assert time.monotonic() < deadline, "the death of an idle instance went unnoticed"
+            await asyncio.sleep(0.02)
+
+    _run(loop, noticed())
+    session = shed.open_session([])
+    results = _run(loop, session.call_many([("fault.echo", {"text": str(i)}) for i in range(4)]))
+    assert [r.text for r in results] == ["0", "1", "2", "3"]
+    _run(loop, _settled(shed, "fault", 2))
+    after = shed.stats()["tools"]["fault"]
+    assert after["crashes"] == before["crashes"] + 1 and after["restarts"] == before["restarts"] + 1
+
+
 def test_a_hanging_call_times_out_and_its_instance_is_replaced(
     loop: asyncio.AbstractEventLoop, shed: Toolshed
 ) -> None:

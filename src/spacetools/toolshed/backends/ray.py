@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -143,6 +144,10 @@ class _ToolActor:
         assert self._tool is not None, "setup() runs first"
         return _split_bulk(invoke_tool_method(self._tool, method, fetch_cluster_values(kwargs), ctx))
 
+    def watch(self) -> None:
+        """Never returns (it runs in its own concurrency group): its failure tells the server of a death."""
+        threading.Event().wait()
+
 
 _actor_class: Any = None
 
@@ -152,7 +157,9 @@ def _remote_actor_class() -> Any:
     if _actor_class is None:
         import ray
 
-        _actor_class = ray.remote(_ToolActor)
+        # The "watch" group holds one call that never ends, so that an idle actor's death is noticed too
+        # (the ignore: Ray's typed overloads of ray.remote omit the actor option concurrency_groups).
+        _actor_class = ray.remote(concurrency_groups={"watch": 1})(_ToolActor)  # type: ignore[call-overload]
     return _actor_class
 
 
@@ -258,6 +265,8 @@ class RayInstance:
             await self.kill()
             raise RuntimeError(f"{self._name} setup failed: {detail}")
         self._pid = detail
+        watch = self._actor.watch.options(concurrency_group="watch").remote()
+        watch.future().add_done_callback(self._on_death)
 
     async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Run one call on the actor; its death is an `InstanceCrashed` (Ray reports no exit code)."""
@@ -272,6 +281,9 @@ class RayInstance:
             self._dead = True
             raise InstanceCrashed(None) from None
         return _attach_bulk(result, bulk_ref)
+
+    def _on_death(self, _future: Any) -> None:
+        self._dead = True  # from a Ray thread: the router reads it when it next takes this instance
 
     async def kill(self) -> None:
         """Kill the actor now (its running call fails, its object store values stay)."""
