@@ -237,7 +237,7 @@ def test_a_footprint_leaving_the_image_is_not_free_space() -> None:
     question = f"Can the {NAMES[0]} fit in front of the {NAMES[1]}? Answer yes or no."
     task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
     replies = compatibility_replies([ON_TABLE] * 16, spot=detected(0.5, 0.97))
-    turns, answer = run_plan(task, replies[:5] + [[ON_TABLE] * 9])  # 7 of the 16 points are off the image
+    turns, answer = run_plan(task, [*replies[:5], [ON_TABLE] * 9])  # 7 of the 16 points are off the image
     assert answer == "No" and len(turns[5]) == 9
 
 
