@@ -181,7 +181,7 @@ def compatibility_replies(
     ring: list[ToolOutcome], spot: ToolOutcome | None = None
 ) -> list[list[ToolOutcome]]:
     return [
-        [detected(0.2, 0.5), detected(0.6, 0.5), spot or detected(0.3, 0.8), DEPTH],
+        [detected(0.2, 0.5), detected(0.6, 0.5), spot or detected(0.5, 0.6), DEPTH],
         [SEGMENTED],
         [ITEM_BOX],
         [SEGMENTED],
@@ -228,8 +228,17 @@ def test_the_ring_surrounds_the_spot_on_the_table_plane() -> None:
     task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
     turns, _ = run_plan(task, compatibility_replies([ON_TABLE] * 16))
     pixels = np.array([[args["u"], args["v"]] for _, args in turns[5]])
-    np.testing.assert_allclose(pixels.mean(axis=0), [0.3, 0.8], atol=0.05)  # around the spot
-    assert np.ptp(pixels[:, 0]) > 0.2  # 11.5 cm across at 21 cm from the camera, 60 px focal length
+    np.testing.assert_allclose(pixels.mean(axis=0), [0.5, 0.6], atol=0.02)  # around the spot
+    assert np.ptp(pixels[:, 0]) > 0.15  # 11.5 cm across at 62.5 cm from the camera, 60 px focal length
+
+
+def test_a_footprint_leaving_the_image_is_not_free_space() -> None:
+    """The visible table is where a placement must fit: what lies outside the image is not read."""
+    question = f"Can the {NAMES[0]} fit in front of the {NAMES[1]}? Answer yes or no."
+    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
+    replies = compatibility_replies([ON_TABLE] * 16, spot=detected(0.5, 0.97))
+    turns, answer = run_plan(task, [*replies[:5], [ON_TABLE] * 9])  # 7 of the 16 points are off the image
+    assert answer == "No" and len(turns[5]) == 9
 
 
 def test_compatibility_without_a_spot_is_a_marked_fallback() -> None:

@@ -39,6 +39,34 @@ BOX_RESULT = (
     "(0.4, 0.4), (0.6, 0.4), (0.58, 0.35), (0.42, 0.35)]\n"
 )
 
+# The structured values the tools return beside those texts (the report draws from these).
+BOX_VALUE = {
+    "corners_3d": [
+        [-0.05, 0.05, 0.95],
+        [0.05, 0.05, 0.95],
+        [0.05, 0.05, 1.05],
+        [-0.05, 0.05, 1.05],
+        [-0.05, -0.05, 0.95],
+        [0.05, -0.05, 0.95],
+        [0.05, -0.05, 1.05],
+        [-0.05, -0.05, 1.05],
+    ],
+    "corners_2d": [
+        [0.4, 0.6],
+        [0.6, 0.6],
+        [0.58, 0.55],
+        [0.42, 0.55],
+        [0.4, 0.4],
+        [0.6, 0.4],
+        [0.58, 0.35],
+        [0.42, 0.35],
+    ],
+}
+GRASP_VALUE = {
+    "confidence": 0.792,
+    "points_2d": [[0.5, 0.5], [0.46, 0.5], [0.54, 0.5], [0.46, 0.56], [0.54, 0.56]],
+}
+
 GRASP_RESULT = (
     "Generated collision-free grasp with confidence 0.792 from 835/3072 masked points. Filtered 100 → 55 "
     "collision-free grasps. Projected 2D gripper points: [(0.5, 0.5), (0.46, 0.5), (0.54, 0.5), (0.46, 0.56), "
@@ -80,8 +108,10 @@ def row(data_source: str, answer: str, truth: str, calls: list[ToolCallRecord], 
     }
 
 
-def call(name: str, result: str, turn: int, image_indices: list[int] | None = None) -> ToolCallRecord:
-    return ToolCallRecord(name, {"image_index": 0}, result, False, [], 0.01, turn, image_indices or [])
+def call(
+    name: str, result: str, turn: int, image_indices: list[int] | None = None, value: object = None
+) -> ToolCallRecord:
+    return ToolCallRecord(name, {"image_index": 0}, result, False, [], 0.01, turn, image_indices or [], value)
 
 
 def page_for(rows: list[dict], samples: dict[str, Sample]) -> str:
@@ -103,11 +133,17 @@ def test_every_tool_picture_sits_in_the_row_of_the_call_that_made_it() -> None:
     key = "spatialsim_boppose"
     corners = "[(0.4, 0.6), (0.6, 0.6), (0.58, 0.55), (0.42, 0.55), (0.4, 0.4), (0.6, 0.4), (0.58, 0.35), (0.42, 0.35)]"
     calls = [
-        call("roborefer.detect_one", "Detected 1 instance(s) of 'box': [(0.500, 0.500)]", 1, [1]),
+        call(
+            "roborefer.detect_one",
+            "Detected 1 instance(s) of 'box': [(0.5, 0.5)]",
+            1,
+            [1],
+            {"points": [[0.5, 0.5]]},
+        ),
         call("depth_estimator.estimate_depth_with_pointcloud", "Generated depth.", 1, [2]),
         call("sam2.segment_from_point", "Segmented object.", 2, [3]),
-        call("bounding_box.compute_bbox", BOX_RESULT, 3),
-        call("grasp_generator.compute_grasp", GRASP_RESULT, 3, [4]),
+        call("bounding_box.compute_bbox", BOX_RESULT, 3, value=BOX_VALUE),
+        call("grasp_generator.compute_grasp", GRASP_RESULT, 3, [4], GRASP_VALUE),
     ]
     the_row = row(key, corners, corners, calls, pictures=4)
     page = page_for([the_row], {f"{key}/0": sample(key, corners)})

@@ -124,8 +124,12 @@ def _inside(box: Box3D, x: Sequence[float], tolerance: float = BOX_TOLERANCE_M) 
 
 def _ring(
     spot: Point, anchor: Box3D, item: Box3D, focal: float, width: int, height: int
-) -> tuple[list[Vector], list[Point]] | None:
-    """Table points around the spot (camera frame) and their image points; None if the ray misses."""
+) -> tuple[list[Vector], list[Point | None]] | None:
+    """Table points around the spot (camera frame) and where to read them in the image.
+
+    A point whose footprint circle leaves the image has no reading (None): the space there cannot be
+    seen, so it does not count as free (the visible table is where a placement must fit).
+    """
     up = anchor.up
     floor = [sum(c[k] for c in anchor.corners_3d[:4]) / 4 for k in range(3)]
     ray = _ray(spot, focal, width, height)
@@ -138,14 +142,20 @@ def _ring(
     helper = (1.0, 0.0, 0.0) if abs(up[0]) < 0.9 else (0.0, 0.0, 1.0)
     e1 = unit([helper[i] - dot(helper, up) * up[i] for i in range(3)])
     e2 = (up[1] * e1[2] - up[2] * e1[1], up[2] * e1[0] - up[0] * e1[2], up[0] * e1[1] - up[1] * e1[0])
-    radius = item.footprint[0] / 2 + RING_MARGIN_M
+    inscribed = item.footprint[0] / 2
     places: list[Vector] = []
+    pixels: list[Point | None] = []
     for k in range(RING_SAMPLES):
         angle = 2 * math.pi * k / RING_SAMPLES
-        offset = [radius * (math.cos(angle) * e1[i] + math.sin(angle) * e2[i]) for i in range(3)]
-        places.append((centre[0] + offset[0], centre[1] + offset[1], centre[2] + offset[2]))
-    pixels = [_project(p, focal, width, height) for p in places]
-    return places, [(min(max(u, 0.0), 1.0), min(max(v, 0.0), 1.0)) for u, v in pixels]
+        direction = [math.cos(angle) * e1[i] + math.sin(angle) * e2[i] for i in range(3)]
+        edge = [centre[i] + inscribed * direction[i] for i in range(3)]
+        place = [centre[i] + (inscribed + RING_MARGIN_M) * direction[i] for i in range(3)]
+        places.append((place[0], place[1], place[2]))
+        u, v = _project((edge[0], edge[1], edge[2]), focal, width, height)
+        seen = edge[2] > 0 and 0.0 <= u <= 1.0 and 0.0 <= v <= 1.0
+        pu, pv = _project((place[0], place[1], place[2]), focal, width, height) if place[2] > 0 else (u, v)
+        pixels.append((min(max(pu, 0.0), 1.0), min(max(pv, 0.0), 1.0)) if seen else None)
+    return places, pixels
 
 
 def _blocked(place: Vector, seen: Vector | None, anchor: Box3D, item: Box3D) -> bool:
@@ -191,14 +201,19 @@ def plan_compatibility(task: Task, replay: ToolReplay) -> Answer:
     if ring is None:
         return Answer("No", f"I could not measure the space {side_words(rel)} the {anchor}.", True)
     places, pixels = ring
-    readings = replay.call(
-        f"The {item}'s footprint is {item_box.footprint[0]:.3f} x {item_box.footprint[1]:.3f} m (from its "  # type: ignore[union-attr]
-        f"box); I read the 3D points on a circle it would cover around the spot {format_point(spot)}.",
-        *(index_at("point_cloud", pixel) for pixel in pixels),
+    readable = [pixel for pixel in pixels if pixel is not None]
+    readings = iter(
+        replay.call(
+            f"The {item}'s footprint is {item_box.footprint[0]:.3f} x {item_box.footprint[1]:.3f} m (from its "  # type: ignore[union-attr]
+            f"box); I read the 3D points on a circle it would cover around the spot {format_point(spot)}.",
+            *(index_at("point_cloud", pixel) for pixel in readable),
+        )
+        if readable
+        else []
     )
     blocked = [
-        _blocked(place, vector3(reading), anchor_box, item_box)  # type: ignore[arg-type]
-        for place, reading in zip(places, readings, strict=True)
+        pixel is None or _blocked(place, vector3(next(readings)), anchor_box, item_box)  # type: ignore[arg-type]
+        for place, pixel in zip(places, pixels, strict=True)
     ]
     fits = not any(blocked)
     detail = (
