@@ -216,11 +216,12 @@ def test_tool_geometry_comes_from_the_structured_value() -> None:
         [0.58, 0.35],
         [0.42, 0.35],
     ]
-    record = call("bounding_box.compute_bbox", "Oriented bounding box computed.", 1).__dict__
-    assert tool_geometry_picture(IMAGE, record) is None  # neither a value nor the corners in the text
-    drawn = tool_geometry_picture(IMAGE, {**record, "value": {"corners_2d": corners}})
+    name, text = "bounding_box.compute_bbox", "Oriented bounding box computed."
+    assert tool_geometry_picture(IMAGE, name, text) is None  # neither a value nor the corners in the text
+    drawn = tool_geometry_picture(IMAGE, name, text, {"corners_2d": corners})
     assert drawn is not None and "fitted box" in drawn[1]
-    assert tool_geometry_picture(IMAGE, {**record, "value": {"corners_2d": corners[:7]}}) is None
+    assert tool_geometry_picture(IMAGE, name, text, {"corners_2d": corners[:7]}) is None
+    assert tool_geometry_picture(IMAGE, name, text, {"corners_2d": [[float("nan"), 0.5]] * 8}) is None
 
 
 @pytest.mark.parametrize(

@@ -71,28 +71,27 @@ def pointed_points(call: Mapping[str, Any]) -> Points:
     return from_value if from_value is not None else parse_points(call["result_text"])
 
 
-def tool_geometry(call: Mapping[str, Any]) -> tuple[str, Points] | None:
+def tool_geometry(name: str, result_text: str, value: Any = None) -> tuple[str, Points] | None:
     """``("corners", 8 points)`` for a box fit, ``("grasp", 5 points)`` for a grasp, else None."""
-    if call["is_error"]:
-        return None
-    value, text = call.get("value"), call["result_text"]
-    if call["name"] == BOX_TOOL:
+    if name == BOX_TOOL:
         corners = _value_points(value, "corners_2d", BOX_CORNERS) or _text_points(
-            text, _BOX_2D_LABEL, BOX_CORNERS
+            result_text, _BOX_2D_LABEL, BOX_CORNERS
         )
         return ("corners", corners) if corners is not None else None
-    if call["name"] == GRASP_TOOL:
+    if name == GRASP_TOOL:
         count = len(GRASP_LABELS)
-        grasp = _value_points(value, "points_2d", count) or _text_points(text, _GRASP_2D_LABEL, count)
+        grasp = _value_points(value, "points_2d", count) or _text_points(result_text, _GRASP_2D_LABEL, count)
         return ("grasp", grasp) if grasp is not None else None
     return None
 
 
-def tool_geometry_picture(image: np.ndarray, call: Mapping[str, Any]) -> tuple[Image.Image, str] | None:
-    """A zoomed view of the geometry a box fit or a grasp reports, drawn by the report (a box fit
-    returns no picture; a grasp's own picture is too small to read the gripper), and its caption;
-    None for other tools or a result without readable geometry."""
-    geometry = tool_geometry(call)
+def tool_geometry_picture(
+    image: np.ndarray, name: str, result_text: str, value: Any = None
+) -> tuple[Image.Image, str] | None:
+    """A zoomed view of the geometry a box fit or a grasp reports (its structured ``value``, else its
+    result text), drawn by the report (a box fit returns no picture; a grasp's own picture is too
+    small to read the gripper), and its caption; None for other tools or no readable geometry."""
+    geometry = tool_geometry(name, result_text, value)
     if geometry is None:
         return None
     kind, points = geometry
@@ -119,8 +118,10 @@ def _tool_pictures(row: Mapping[str, Any], sample: Sample | None) -> list[list[t
             thumbnails[i - first] for i in call.get("image_indices", []) if 0 <= i - first < len(thumbnails)
         ]
         shown = [(url, f"{call['name']} returned this picture") for url in urls]
-        if sample is not None:
-            drawn = tool_geometry_picture(sample.images[0], call)
+        if sample is not None and not call["is_error"]:
+            drawn = tool_geometry_picture(
+                sample.images[0], call["name"], call["result_text"], call.get("value")
+            )
             if drawn is not None:
                 shown.append((png_data_url(drawn[0]), drawn[1]))
         pictures.append(shown)
