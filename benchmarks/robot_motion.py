@@ -15,8 +15,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from spacetools.sim.robot import MotionError, RobotWorld
 from spacetools.sim.layout import build_scene
+from spacetools.sim.robot import MotionError, RobotWorld
 
 SEEDS = (1, 2, 3, 5, 7, 11)
 

@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.agent.policies import make_policy
-from spacetools.cli.eval import _comma_list, _policy_options
-from spacetools.cli.options import profile_option
+from spacetools.cli.options import comma_list, key_values, profile_option
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -72,12 +71,12 @@ def evaluate(
 
     if policy not in ROBOT_POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; choose one of: {', '.join(ROBOT_POLICIES)}")
-    chosen_categories = tuple(_comma_list(categories) or CATEGORIES)
+    chosen_categories = tuple(comma_list(categories) or CATEGORIES)
     unknown = [c for c in chosen_categories if c not in CATEGORIES]
     if unknown:
         raise typer.BadParameter(f"unknown category {unknown[0]!r}; choose from: {', '.join(CATEGORIES)}")
     try:
-        chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **_policy_options(option))
+        chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **key_values(option))
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise typer.BadParameter(str(error), param_hint="--policy") from error
     # Built as their turn comes, categories interleaved, so a long run's first rows cover every category.

@@ -21,10 +21,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.spatial.transform import Rotation
 
+from spacetools.sim.bodies import TIMESTEP
 from spacetools.sim.bullet import pybullet
 from spacetools.sim.camera import Camera
 from spacetools.sim.scene import SceneSpec
-from spacetools.sim.world import TIMESTEP, Scene, View
+from spacetools.sim.world import Scene, View
 
 ARM_JOINTS = tuple(range(7))
 FINGER_JOINTS = (9, 10)

@@ -92,7 +92,9 @@ class PointingTool(SimulatedTool):
         """The normalized points ``(N, 2)`` the model answers; the hook a real pointing model replaces."""
         observation = self.observe(ctx, image_index)
         maybe_fail(self.profile, ctx.rng, self.model)
-        return point_at(observation, obj_name, all_instances, self.profile, ctx.rng, self.understands_relations)
+        return point_at(
+            observation, obj_name, all_instances, self.profile, ctx.rng, self.understands_relations
+        )
 
     def _detect(self, obj_name: str, image_index: int, ctx: ToolContext, all_instances: bool) -> ToolResult:
         points = self._points(ctx, obj_name, image_index, all_instances)

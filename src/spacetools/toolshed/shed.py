@@ -275,7 +275,9 @@ class Toolshed:
             kwargs = method.validate(resolved)
             ctx = ToolContext(
                 session_id=state.id,
-                images={i: state.images[i] for i in method.referenced_images(kwargs) if i < len(state.images)},
+                images={
+                    i: state.images[i] for i in method.referenced_images(kwargs) if i < len(state.images)
+                },
                 image_sizes=[(image.shape[0], image.shape[1]) for image in state.images],
                 attachments=list(state.attachments),
                 rng=np.random.default_rng(self._call_seed(state, name, raw)),

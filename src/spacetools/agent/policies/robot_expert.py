@@ -19,7 +19,7 @@ from typing import Any
 
 from spacetools.agent.protocol import message_text
 from spacetools.agent.types import EpisodeState
-from spacetools.rewards.parsing import parse_points
+from spacetools.rewards.formats import parse_points
 
 _TOOL_RESPONSE_RE = re.compile(r"<tool_response>\s*(.*?)\s*(?:</tool_response>|\Z)", re.DOTALL)
 _NEAR_RE = re.compile(r"pick up the (?P<name>.+?) (?P<which>closer to|farther from) the camera", re.I)
