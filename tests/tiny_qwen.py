@@ -7,6 +7,10 @@ model is built.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -34,12 +38,10 @@ CORPUS = [
 ]
 
 
-def build_tiny_qwen25_vl(directory: Path) -> int:
-    """Save a random two-layer Qwen2.5-VL with a locally trained tokenizer; return its vocabulary size."""
-    import torch
+def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on a few protocol lines, with Qwen's special tokens and template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -48,9 +50,18 @@ def build_tiny_qwen25_vl(directory: Path) -> int:
         vocab_size=320, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     bpe.train_from_iterator(CORPUS, trainer)
-    tokenizer = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHAT_TEMPLATE
     )
+
+
+def build_tiny_qwen25_vl(directory: Path) -> int:
+    """Save a random two-layer Qwen2.5-VL with a locally trained tokenizer; return its vocabulary size."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer = build_tiny_tokenizer()
     token_id = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS), strict=True))
     vocab_size = len(tokenizer)
 
