@@ -95,3 +95,39 @@ class ChatTrace:
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+
+class ProcessorTokenizer:
+    """A `ChatTokenizer` over a VLM processor: each encoded chunk takes the next images of the conversation.
+
+    A chunk's image placeholders are expanded by the processor into the image's vision tokens, and its pixel
+    tensors are kept in order (`pixel_values`, `image_grid_thw` for Qwen2.5-VL), so a trace's ids and the
+    pixels line up exactly as one call to the processor on the whole conversation would give.
+    """
+
+    def __init__(self, processor: Any, images: list[Any], image_token: str = "<|image_pad|>") -> None:
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.image_token = image_token
+        self._images = list(images)
+        self.vision_inputs: list[dict[str, Any]] = []
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
+        return self.processor.apply_chat_template(conversation, **kwargs)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        count = text.count(self.image_token)
+        if count > len(self._images):
+            raise ValueError(f"the chat shows {count} more images than the conversation has")
+        images, self._images = self._images[:count], self._images[count:]
+        if not images:
+            return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        inputs = self.processor(text=[text], images=images, return_tensors="pt", add_special_tokens=False)
+        self.vision_inputs.append({key: value for key, value in inputs.items() if key not in _TEXT_KEYS})
+        return [int(token) for token in inputs["input_ids"][0]]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
+
+
+_TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")

@@ -1,0 +1,65 @@
+"""One config object per training stage, loaded from YAML, recorded in the run folder, compared on resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+Config = TypeVar("Config", bound=BaseModel)
+CONFIG_FILE = "config.json"
+
+
+class SFTConfig(BaseModel):
+    """Supervised fine-tuning on teacher traces: loss on the assistant's tokens only.
+
+    Defaults follow the paper's SFT stage (warm-up 0.1 then cosine, vision tower frozen, 2 epochs).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path = Field(description="a local folder with the model, its processor and chat template")
+    data: Path = Field(description="the SFT data set (JSONL written by `spacetools train traces`)")
+    out: Path = Field(description="the run folder: checkpoints, metrics, the trained model")
+    epochs: PositiveInt = 2
+    learning_rate: float = Field(2e-5, gt=0)
+    batch_size: PositiveInt = Field(8, description="episodes per optimiser step (accumulated one by one)")
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    freeze_vision: bool = True
+    max_tokens: PositiveInt = Field(8192, description="longer episodes are left out (and counted)")
+    seed: int = Field(0, ge=0)
+    checkpoint_every: PositiveInt = Field(20, description="optimiser steps between checkpoints")
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    gradient_checkpointing: bool = False
+
+
+def load_config(cls: type[Config], path: str | Path | None = None, **overrides: Any) -> Config:
+    """A config from a YAML file (optional) with keyword overrides on top; pydantic says what is wrong."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
+        values.update(loaded)
+    values.update({key: value for key, value in overrides.items() if value is not None})
+    return cls.model_validate(values)
+
+
+def record_config(config: BaseModel, out: Path, *, resume: bool) -> None:
+    """Write the config into the run folder, or check that a resumed run has the same one."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / CONFIG_FILE
+    current = json.loads(config.model_dump_json())
+    if resume and path.is_file():
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        changed = sorted(key for key in set(recorded) | set(current) if recorded.get(key) != current.get(key))
+        if changed:
+            raise ValueError(f"{out} holds a run with other settings ({', '.join(changed)}); use a new --out")
+        return
+    path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
