@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from spacetools.agent.types import (
+    EpisodeInput,
     Task,
     ToolCallRecord,
     Trajectory,
-    data_url_to_image,
-    image_to_data_url,
     read_trajectories,
     write_trajectories,
 )
@@ -72,18 +71,25 @@ def test_bad_records_and_images_are_refused_clearly(tmp_path: Path) -> None:
     path.write_text("[1, 2]\n")
     with pytest.raises(ValueError, match="expected a JSON object, got list"):
         read_trajectories(path)
-    with pytest.raises(ValueError, match=r"\(H, W, 3\) uint8"):
-        image_to_data_url(np.zeros((4, 4), dtype=np.uint8))
-    with pytest.raises(ValueError, match="not a base64 image data URL"):
-        data_url_to_image("http://example.com/a.png")
-    with pytest.raises(ValueError, match="cannot decode the image data URL"):
-        data_url_to_image("data:image/png;base64,AAAA")
+    with pytest.raises(ValueError, match="not a trajectory record: cannot decode the image"):
+        Trajectory.from_dict({**trajectory().to_dict(), "images": ["data:image/png;base64,AAAA"]})
 
 
-def test_task_needs_images_and_one_scene_per_image() -> None:
+def test_task_keeps_public_metadata_and_an_input_one_attachment_per_image() -> None:
     image = np.zeros((2, 2, 3), dtype=np.uint8)
-    assert Task("a", "d", "q", [image, image]).scenes == [None, None]
+    extra = {"qa_type": "depth", "choices": ["A", "B"], "scene": "{}", "answer": "A", "ground_truth": "A"}
+    task = Task("a", "d", "q", [image, image], extra_info=extra)
+    assert task.extra_info == {"qa_type": "depth", "choices": ["A", "B"]}
+    assert EpisodeInput(task).attachments == [None, None]
     with pytest.raises(ValueError, match="has no image"):
         Task("a", "d", "q", [])
-    with pytest.raises(ValueError, match="1 scenes for 2 images"):
-        Task("a", "d", "q", [image, image], scenes=["{}"])
+    with pytest.raises(ValueError, match="1 attachments for 2 images"):
+        EpisodeInput(task, attachments=[{"scene": "{}"}])
+
+
+def test_a_lone_surrogate_survives_the_trajectory_file(tmp_path: Path) -> None:
+    broken = trajectory()
+    broken.tool_calls[0].arguments = {"text": "\ud800"}
+    path = tmp_path / "runs.jsonl"
+    write_trajectories([broken], path)
+    assert read_trajectories(path)[0].tool_calls[0].arguments == {"text": "\ud800"}

@@ -12,7 +12,8 @@ import pytest
 from spacetools.agent.policies import make_policy
 from spacetools.agent.policies.openai import OpenAIPolicy
 from spacetools.agent.protocol import build_user_message, tool_message
-from spacetools.agent.types import EpisodeState, Task, data_url_to_image
+from spacetools.agent.types import EpisodeState, Task
+from spacetools.tools.imagecodec import decode as data_url_to_image
 
 if TYPE_CHECKING:
     from chat_server import ScriptedChatServer as ChatServer
@@ -65,6 +66,7 @@ def test_request_uses_the_tag_protocol_with_images_as_data_urls(chat: ChatServer
     responses = request["messages"][3]["content"]
     assert [p.get("text") for p in responses if p["type"] == "text"] == [
         "<tool_response>\nfirst\n</tool_response>",
+        "\n",  # blocks of one turn are newline-separated, as Qwen2.5's template renders them
         "<tool_response>\nsecond\n[The tool returned 1 image(s), now image_index 1.]\n</tool_response>",
     ]
     np.testing.assert_array_equal(data_url_to_image(responses[-1]["image_url"]["url"]), TOOL_IMAGE)

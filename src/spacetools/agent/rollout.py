@@ -1,4 +1,4 @@
-"""The multi-turn rollout loop: one episode of a policy against a Toolshed session, and many at once.
+"""The multi-turn rollout loop: one episode of a policy against a tool session, and many at once.
 
 Episode rules (the original's): an episode ends at an ``<answer>``, at a turn with no ``<tool_call>``
 block, or after ``max_turns`` assistant turns. A turn with both tool calls and an answer ends the
@@ -7,19 +7,24 @@ A malformed tool-call block gets an ``Error: …`` tool response in its place an
 ``parse_errors`` (so is a turn with neither a tool call nor an answer); the Toolshed validates arguments
 and reports tool failures as error results.
 
-Nothing the model writes and no tool failure makes an episode raise: a policy exception (or a
-Toolshed that breaks) ends the episode with ``finish_reason`` ``policy_error`` / ``toolshed_error`` and
-the message in ``error``.
+Nothing the model writes and no failure inside one episode makes the rollout raise: a policy exception
+ends the episode with ``finish_reason`` ``policy_error``, a Toolshed that breaks with ``toolshed_error``,
+and anything else (the parser choking on a turn, a bug) with ``rollout_error``; the message is in
+``error``. So :func:`run_episodes` never loses a batch to one bad episode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from spacetools.agent.protocol import (
     DEFAULT_MAX_TOOL_RESPONSE_CHARS,
@@ -31,19 +36,26 @@ from spacetools.agent.protocol import (
     read_prompt_template,
     tool_message,
 )
-from spacetools.agent.types import EpisodeState, Policy, Task, ToolCallRecord, Trajectory
+from spacetools.agent.types import (
+    Attachment,
+    EpisodeInput,
+    EpisodeState,
+    Policy,
+    Scorer,
+    Task,
+    ToolCallRecord,
+    Trajectory,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from spacetools.agent.toolprovider import ToolProvider, ToolSession
     from spacetools.tools.definition import ToolResult
-    from spacetools.toolshed import Session, Toolshed
 
 DEFAULT_MAX_TURNS = 8
 DEFAULT_MAX_TOOL_CALLS_PER_TURN = 16
 DEFAULT_CONCURRENCY = 16
-
-Scorer = Callable[[str], dict[str, Any]]
 
 NO_ANSWER_FEEDBACK = (
     "Error: your turn had neither a <tool_call> nor an <answer>. Call a tool, or give the final answer "
@@ -51,11 +63,51 @@ NO_ANSWER_FEEDBACK = (
 )
 
 
+class RolloutConfig(BaseModel):
+    """How episodes run; one object for one episode, a batch, an evaluation or a training step.
+
+    ``system_prompt`` is a template text for :func:`~spacetools.agent.protocol.build_system_prompt`
+    (None: ours). ``show_tool_images``: whether pictures returned by tools are shown to the model (they
+    are always recorded in the trajectory, for reports); the original switched them off in RL and
+    evaluation. ``policy_timeout_s`` bounds one policy turn. ``feedback_on_no_answer``: a turn with
+    neither a tool call nor an answer ends the episode (the original rule); with this set, the model is
+    told so instead and the episode goes on (either way it counts as a ``no_answer`` parse error).
+    ``concurrency`` is how many episodes :func:`run_episodes` runs at once.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_turns: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TURNS
+    max_tool_response_chars: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TOOL_RESPONSE_CHARS
+    max_tool_calls_per_turn: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TOOL_CALLS_PER_TURN
+    show_tool_images: bool = False
+    policy_timeout_s: Annotated[float | None, Field(gt=0)] = None
+    feedback_on_no_answer: bool = False
+    system_prompt: str | None = None
+    concurrency: Annotated[int, Field(ge=1)] = DEFAULT_CONCURRENCY
+
+    def with_options(self, system_prompt: str | Path | None = None, **options: Any) -> RolloutConfig:
+        """A validated copy with ``options`` replaced (unknown names are refused); a ``system_prompt``
+        Path is read here, once."""
+        if isinstance(system_prompt, Path):
+            system_prompt = read_prompt_template(system_prompt)
+        if system_prompt is not None:
+            options["system_prompt"] = system_prompt
+        if not options:
+            return self
+        return RolloutConfig.model_validate({**self.model_dump(), **options})
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _timed_call(session: Session, call: ToolCall) -> tuple[ToolResult, float]:
+def _session_scenes(attachments: Sequence[Attachment | None]) -> list[str | None]:
+    # The Toolshed on this branch takes one scene per image; attachments are the general form.
+    return [attachment.get("scene") if attachment else None for attachment in attachments]
+
+
+async def _timed_call(session: ToolSession, call: ToolCall) -> tuple[ToolResult, float]:
     """One call of a turn (the turn's calls are gathered, so they run in parallel) and its latency."""
     started = time.perf_counter()
     result = await session.call(call.name, call.arguments)
@@ -76,7 +128,7 @@ class _Episode:
 
     async def run_tools(
         self,
-        session: Session,
+        session: ToolSession,
         state: EpisodeState,
         calls: list[ToolCall],
         errors: list[ParseError],
@@ -108,7 +160,7 @@ class _Episode:
             responses[error.index] = tool_message(error.message, max_chars)
         state.messages.extend(responses[index] for index in sorted(responses))
 
-    def _add_image(self, session: Session, state: EpisodeState, image: np.ndarray) -> int:
+    def _add_image(self, session: ToolSession, state: EpisodeState, image: np.ndarray) -> int:
         """Give a tool's image the next conversation index, in the session and in the episode alike."""
         index = session.add_image(image)
         if index != len(state.images):
@@ -137,109 +189,137 @@ class _Episode:
         }
 
 
+class _EpisodeEnded(Exception):
+    """Ends the turn loop with a finish reason and an error message."""
+
+    def __init__(self, finish_reason: str, error: str) -> None:
+        super().__init__(error)
+        self.finish_reason, self.error = finish_reason, error
+
+
+async def _policy_turn(policy: Policy, state: EpisodeState, timeout_s: float | None) -> str:
+    try:
+        text = await asyncio.wait_for(policy.act(state), timeout_s)
+    except asyncio.TimeoutError:  # the builtin TimeoutError only from Python 3.11
+        raise _EpisodeEnded("policy_error", f"TimeoutError: the policy took over {timeout_s} s") from None
+    except Exception as exc:
+        raise _EpisodeEnded("policy_error", _describe(exc)) from exc
+    if not isinstance(text, str):
+        raise _EpisodeEnded("policy_error", f"policy {policy.name!r} returned {type(text).__name__}, not str")
+    return text
+
+
+async def _turns(
+    policy: Policy, session: ToolSession, state: EpisodeState, episode: _Episode, config: RolloutConfig
+) -> tuple[str, str | None]:
+    """Run the turns of one episode; return the finish reason and the answer."""
+    tool_names = {spec.name for spec in state.tool_specs}
+    messages = state.messages
+    while state.turn < config.max_turns:
+        policy_started = time.perf_counter()
+        try:
+            text = await _policy_turn(policy, state, config.policy_timeout_s)
+        finally:
+            episode.policy_s += time.perf_counter() - policy_started
+        messages.append({"role": "assistant", "content": text})
+        state.turn += 1
+        parsed = parse_turn(text, tool_names)
+        if parsed.answer is not None:
+            episode.skipped_tool_calls += parsed.block_count
+            return "answer", parsed.answer
+        if parsed.block_count == 0:
+            episode.parse_errors["no_answer"] += 1
+            if not config.feedback_on_no_answer or state.turn >= config.max_turns:
+                return "no_tool_call", None
+            messages.append({"role": "user", "content": NO_ANSWER_FEEDBACK})
+            continue
+        limit = config.max_tool_calls_per_turn
+        calls = [call for call in parsed.tool_calls if call.index < limit]
+        errors = list(parsed.errors)
+        for call in parsed.tool_calls[len(calls) :]:
+            message = f"Error: at most {limit} tool calls per turn; {call.name} was not run."
+            errors.append(ParseError(call.index, "too_many_calls", message))
+        try:
+            await episode.run_tools(session, state, calls, errors, config.max_tool_response_chars)
+        except Exception as exc:
+            raise _EpisodeEnded("toolshed_error", _describe(exc)) from exc
+    return "max_turns", None
+
+
 async def run_episode(
     policy: Policy,
-    toolshed: Toolshed,
-    task: Task,
+    toolshed: ToolProvider,
+    task: Task | EpisodeInput,
     *,
-    max_turns: int = DEFAULT_MAX_TURNS,
-    max_tool_response_chars: int = DEFAULT_MAX_TOOL_RESPONSE_CHARS,
-    system_prompt: str | Path | None = None,
+    config: RolloutConfig | None = None,
     scorer: Scorer | None = None,
-    max_tool_calls_per_turn: int = DEFAULT_MAX_TOOL_CALLS_PER_TURN,
-    show_tool_images: bool = False,
     seed: int | None = None,
-    policy_timeout_s: float | None = None,
-    feedback_on_no_answer: bool = False,
+    system_prompt: str | Path | None = None,
+    **options: Any,
 ) -> Trajectory:
-    """Run one episode of ``policy`` on ``task`` with a fresh session of ``toolshed``.
+    """Run one episode of ``policy`` on ``task`` with a fresh session of ``toolshed``; never raises for
+    anything that goes wrong inside the episode (see the module docstring).
 
     Args:
-        policy: Writes the assistant turns.
-        toolshed: A started Toolshed.
-        task: The question and its images.
-        max_turns: Most assistant turns.
-        max_tool_response_chars: Tool responses longer than this are cut in the middle.
-        system_prompt: A template (text, or a Path to a file) for
-            :func:`~spacetools.agent.protocol.build_system_prompt`; None for ours.
-        scorer: Called with the trajectory's solution text (every assistant turn) to fill ``score``.
-        max_tool_calls_per_turn: Blocks beyond this in one turn get an error response instead of running.
-        show_tool_images: Whether images returned by tools are shown to the model (they are always
-            recorded in the trajectory, for reports). The original switched them off in RL and evaluation.
-        seed: The session seed (enters every tool call's random seed); vary it across the rollouts of
-            one prompt to draw different tool noise under the ``realistic`` and ``harsh`` profiles.
-        policy_timeout_s: Most seconds one policy turn may take (a ``policy_error`` past it); None: no limit.
-        feedback_on_no_answer: A turn with neither a tool call nor an answer ends the episode (the
-            original rule); with this set, the model is told so instead and the episode goes on.
-            Either way such a turn counts as a ``no_answer`` parse error.
+        policy: Writes the assistant turns; it sees the :class:`Task` only.
+        toolshed: A started tool provider (a local ``Toolshed`` or a ``RemoteToolshed``).
+        task: The policy's task, or an :class:`EpisodeInput` that adds the session attachments, the
+            scorer and the seed.
+        config: How the episode runs (default :class:`RolloutConfig()`); ``options`` and
+            ``system_prompt`` (text, or a Path to a template file) override its fields.
+        scorer: Called with the trajectory's solution text to fill ``score`` (overrides the input's).
+        seed: The session seed (enters every tool call's random seed; overrides the input's); vary it
+            across the rollouts of one prompt to draw different tool noise.
     """
-    if max_turns < 1 or max_tool_calls_per_turn < 1:
-        raise ValueError(
-            f"max_turns and max_tool_calls_per_turn must be at least 1 ({max_turns}, {max_tool_calls_per_turn})"
-        )
+    config = (config or RolloutConfig()).with_options(system_prompt, **options)
+    item = task if isinstance(task, EpisodeInput) else EpisodeInput(task)
+    return await _run_episode(policy, toolshed, item, config, scorer or item.scorer, _seed(seed, item))
+
+
+def _seed(seed: int | None, item: EpisodeInput) -> int | None:
+    return seed if seed is not None else item.seed
+
+
+async def _run_episode(
+    policy: Policy,
+    toolshed: ToolProvider,
+    item: EpisodeInput,
+    config: RolloutConfig,
+    scorer: Scorer | None,
+    seed: int | None,
+) -> Trajectory:
     started = time.perf_counter()
-    specs = toolshed.specs()
-    tool_names = {spec.name for spec in specs}
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": build_system_prompt(specs, system_prompt)},
-        build_user_message(task.question, len(task.images)),
-    ]
-    state = EpisodeState(task=task, messages=messages, images=list(task.images), turn=0, tool_specs=specs)
-    episode = _Episode(show_tool_images)
+    task = item.task
+    state = EpisodeState(task=task, messages=[], images=list(task.images), turn=0, tool_specs=[])
+    episode = _Episode(config.show_tool_images)
     answer: str | None = None
-    finish_reason = "max_turns"
     error: str | None = None
-    session = toolshed.open_session(list(task.images), list(task.scenes), seed=seed)
+    session: ToolSession | None = None
     try:
-        while state.turn < max_turns:
-            policy_started = time.perf_counter()
-            try:
-                text = await asyncio.wait_for(policy.act(state), policy_timeout_s)
-                if not isinstance(text, str):
-                    raise TypeError(f"policy {policy.name!r} returned {type(text).__name__}, not str")
-            except asyncio.TimeoutError:  # the builtin TimeoutError only from Python 3.11
-                finish_reason, error = (
-                    "policy_error",
-                    f"TimeoutError: the policy took over {policy_timeout_s} s",
-                )
-                break
-            except Exception as exc:
-                finish_reason, error = "policy_error", _describe(exc)
-                break
-            finally:
-                episode.policy_s += time.perf_counter() - policy_started
-            messages.append({"role": "assistant", "content": text})
-            state.turn += 1
-            parsed = parse_turn(text, tool_names)
-            if parsed.answer is not None:
-                answer, finish_reason = parsed.answer, "answer"
-                episode.skipped_tool_calls += parsed.block_count
-                break
-            if parsed.block_count == 0:
-                episode.parse_errors["no_answer"] += 1
-                if not feedback_on_no_answer or state.turn >= max_turns:
-                    finish_reason = "no_tool_call"
-                    break
-                messages.append({"role": "user", "content": NO_ANSWER_FEEDBACK})
-                continue
-            calls = [call for call in parsed.tool_calls if call.index < max_tool_calls_per_turn]
-            errors = list(parsed.errors)
-            for call in parsed.tool_calls[len(calls) :]:
-                message = (
-                    f"Error: at most {max_tool_calls_per_turn} tool calls per turn; {call.name} was not run."
-                )
-                errors.append(ParseError(call.index, "too_many_calls", message))
-            try:
-                await episode.run_tools(session, state, calls, errors, max_tool_response_chars)
-            except Exception as exc:
-                finish_reason, error = "toolshed_error", _describe(exc)
-                break
+        try:
+            state.tool_specs = toolshed.specs()
+            session = toolshed.open_session(list(task.images), _session_scenes(item.attachments), seed=seed)
+        except Exception as exc:
+            raise _EpisodeEnded("toolshed_error", _describe(exc)) from exc
+        state.messages.extend(
+            [
+                {"role": "system", "content": build_system_prompt(state.tool_specs, config.system_prompt)},
+                build_user_message(task.question, len(task.images)),
+            ]
+        )
+        finish_reason, answer = await _turns(policy, session, state, episode, config)
+    except _EpisodeEnded as ended:
+        finish_reason, error = ended.finish_reason, ended.error
+    except Exception as exc:  # the parser or a bug: this episode's error, never the batch's
+        finish_reason, error = "rollout_error", _describe(exc)
     finally:
-        session.close()
+        if session is not None:
+            with contextlib.suppress(Exception):  # a session that cannot close is the server's to expire
+                session.close()
     trajectory = Trajectory(
         task_id=task.id,
         data_source=task.data_source,
-        messages=messages,
+        messages=state.messages,
         tool_calls=episode.records,
         answer=answer,
         turns=state.turn,
@@ -263,41 +343,44 @@ async def run_episode(
 
 async def run_episodes(
     policy: Policy,
-    toolshed: Toolshed,
-    tasks: Sequence[Task],
+    toolshed: ToolProvider,
+    tasks: Sequence[Task | EpisodeInput],
     *,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    config: RolloutConfig | None = None,
     on_result: Callable[[Trajectory], None] | None = None,
     scorers: Sequence[Scorer | None] | None = None,
     system_prompt: str | Path | None = None,
-    **episode_options: Any,
+    **options: Any,
 ) -> list[Trajectory]:
-    """Run one episode per task, at most ``concurrency`` at a time; trajectories in task order.
+    """Run one episode per task, at most ``config.concurrency`` at a time; trajectories in task order.
 
-    ``on_result`` is called with each trajectory as it finishes (e.g. to append it to a file).
-    ``scorers``, when given, holds one scorer (or None) per task. Other keywords go to
-    :func:`run_episode`.
+    No episode's failure raises (each becomes that trajectory's ``error``). ``on_result`` is called with
+    each trajectory as it finishes (e.g. to append it to a file); if it raises, the episodes still
+    running are cancelled and the error propagates. ``scorers``, when given, holds one scorer (or None)
+    per task, overriding the inputs' own. ``options`` and ``system_prompt`` override ``config`` fields.
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    if scorers is not None and len(scorers) != len(tasks):
-        raise ValueError(f"{len(scorers)} scorers for {len(tasks)} tasks (need one each)")
-    if isinstance(system_prompt, Path):
-        system_prompt = read_prompt_template(system_prompt)  # once, not once per episode
-    semaphore = asyncio.Semaphore(concurrency)
+    config = (config or RolloutConfig()).with_options(system_prompt, **options)
+    items = [task if isinstance(task, EpisodeInput) else EpisodeInput(task) for task in tasks]
+    if scorers is not None:
+        if len(scorers) != len(items):
+            raise ValueError(f"{len(scorers)} scorers for {len(items)} tasks (need one each)")
+        items = [
+            dataclasses.replace(item, scorer=scorer) for item, scorer in zip(items, scorers, strict=True)
+        ]
+    semaphore = asyncio.Semaphore(config.concurrency)
 
-    async def one(position: int, task: Task) -> Trajectory:
+    async def one(item: EpisodeInput) -> Trajectory:
         async with semaphore:
-            trajectory = await run_episode(
-                policy,
-                toolshed,
-                task,
-                system_prompt=system_prompt,
-                scorer=scorers[position] if scorers is not None else None,
-                **episode_options,
-            )
+            trajectory = await _run_episode(policy, toolshed, item, config, item.scorer, item.seed)
         if on_result is not None:
             on_result(trajectory)
         return trajectory
 
-    return list(await asyncio.gather(*(one(position, task) for position, task in enumerate(tasks))))
+    running = [asyncio.ensure_future(one(item)) for item in items]
+    try:
+        return list(await asyncio.gather(*running))
+    except BaseException:
+        for future in running:
+            future.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise

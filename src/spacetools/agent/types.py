@@ -2,64 +2,74 @@
 
 from __future__ import annotations
 
-import base64
-import io
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
-from PIL import Image
+
+from spacetools.tools import imagecodec
 
 if TYPE_CHECKING:
     from spacetools.tools.definition import ToolSpec
 
-_PNG_DATA_URL_PREFIX = "data:image/png;base64,"
-
-
-def image_to_data_url(image: np.ndarray) -> str:
-    """Encode an RGB ``uint8`` image as a lossless PNG data URL."""
-    array = np.asarray(image)
-    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
-        raise ValueError(f"expected an (H, W, 3) uint8 RGB image, got shape {array.shape} {array.dtype}")
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return _PNG_DATA_URL_PREFIX + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def data_url_to_image(url: str) -> np.ndarray:
-    """Decode a base64 image data URL (PNG or JPEG) into an RGB ``uint8`` array."""
-    header, sep, payload = url.partition(",")
-    if not sep or not header.startswith("data:image/") or not header.endswith(";base64"):
-        raise ValueError(f"not a base64 image data URL: {url[:40]!r}…")
-    try:
-        with Image.open(io.BytesIO(base64.b64decode(payload))) as image:
-            return np.asarray(image.convert("RGB"), dtype=np.uint8)
-    except (OSError, ValueError) as exc:  # bad base64 or an unreadable image
-        raise ValueError(f"cannot decode the image data URL: {exc}") from exc
+#: The keys of a sample's ``extra_info`` a policy may read: what a model is shown with the question.
+#: Everything else (the answer, the scene specification, the generator's bookkeeping) stays out of the
+#: policy's view; the scene goes to the tool session as an attachment.
+PUBLIC_EXTRA_INFO_KEYS = frozenset(
+    {"qa_type", "category", "choices", "marked_points", "image_index", "index", "split", "question"}
+)
 
 
 @dataclass
 class Task:
-    """One question to answer: the images it is about and where it came from (never the ground truth)."""
+    """What a policy sees of one question: its id, source, text, images and public metadata.
+
+    Never the ground truth and never the scene specification: those reach the scorer and the tool
+    session alone (see :class:`EpisodeInput`). ``extra_info`` is cut to :data:`PUBLIC_EXTRA_INFO_KEYS`.
+    """
 
     id: str
     data_source: str
     question: str
     images: list[np.ndarray]
-    scenes: list[str | None] = field(default_factory=list)
     extra_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.images:
             raise ValueError(f"task {self.id!r} has no image")
-        if not self.scenes:
-            self.scenes = [None] * len(self.images)
-        if len(self.scenes) != len(self.images):
+        self.extra_info = {k: v for k, v in self.extra_info.items() if k in PUBLIC_EXTRA_INFO_KEYS}
+
+
+Attachment = dict[str, Any]
+"""Per-image data only the tools receive, e.g. ``{"scene": spec_json}`` for the simulated tools."""
+
+Scorer = Callable[[str], dict[str, Any]]
+"""Scores an episode's solution text (every assistant turn, joined)."""
+
+
+@dataclass
+class EpisodeInput:
+    """One episode to run: the policy's :class:`Task`, and what only the tools and the scorer see.
+
+    ``attachments`` holds one entry (or None) per task image and goes to the tool session alone;
+    ``scorer`` fills the trajectory's ``score``; ``seed`` is the session seed.
+    """
+
+    task: Task
+    attachments: list[Attachment | None] = field(default_factory=list)
+    scorer: Scorer | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.attachments:
+            self.attachments = [None] * len(self.task.images)
+        if len(self.attachments) != len(self.task.images):
             raise ValueError(
-                f"task {self.id!r}: {len(self.scenes)} scenes for {len(self.images)} images (need one each)"
+                f"task {self.task.id!r}: {len(self.attachments)} attachments for "
+                f"{len(self.task.images)} images (need one each)"
             )
 
 
@@ -152,7 +162,7 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON-compatible dict (tool images become PNG data URLs)."""
         data = asdict(self)
-        data["images"] = [image_to_data_url(image) for image in self.images]
+        data["images"] = [imagecodec.to_data_url(image) for image in self.images]
         return data
 
     @classmethod
@@ -161,17 +171,18 @@ class Trajectory:
         values = dict(data)
         try:
             values["tool_calls"] = [ToolCallRecord(**record) for record in values.get("tool_calls", [])]
-            values["images"] = [data_url_to_image(url) for url in values.get("images", [])]
+            values["images"] = [imagecodec.decode(url) for url in values.get("images", [])]
             return cls(**values)
-        except TypeError as exc:
+        except (TypeError, imagecodec.ImageDecodeError) as exc:
             raise ValueError(f"not a trajectory record: {exc}") from exc
 
 
 def write_trajectories(trajectories: Iterable[Trajectory], path: str | Path, *, append: bool = False) -> None:
-    """Write trajectories to a JSON-lines file, one per line."""
+    """Write trajectories to a JSON-lines file, one per line (ASCII JSON, so any text survives, lone
+    surrogates included)."""
     with Path(path).open("a" if append else "w", encoding="utf-8") as stream:
         for trajectory in trajectories:
-            stream.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+            stream.write(json.dumps(trajectory.to_dict()) + "\n")
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:

@@ -14,16 +14,17 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from PIL import Image
 
+from spacetools.agent.chat import TOOL_RESPONSE_OPEN, to_chat_messages
+from spacetools.tools import imagecodec
+
 if TYPE_CHECKING:
     from spacetools.agent.types import EpisodeState
 
-TOOL_RESPONSE_OPEN = "<tool_response>"
-TOOL_RESPONSE_CLOSE = "</tool_response>"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
@@ -32,80 +33,25 @@ def template_renders_tool_role(chat_template: str) -> bool:
     return TOOL_RESPONSE_OPEN in chat_template
 
 
-def _strip_tool_response(text: str) -> str:
-    """The body of a ``<tool_response>…</tool_response>`` block (the text itself when it is not one)."""
-    stripped = text.strip()
-    if stripped.startswith(TOOL_RESPONSE_OPEN) and stripped.endswith(TOOL_RESPONSE_CLOSE):
-        return stripped[len(TOOL_RESPONSE_OPEN) : -len(TOOL_RESPONSE_CLOSE)].strip("\n")
-    return text
-
-
-def _wrap_tool_response(text: str) -> str:
-    """``text`` as one ``<tool_response>`` block, never wrapped twice."""
-    return f"{TOOL_RESPONSE_OPEN}\n{_strip_tool_response(text)}\n{TOOL_RESPONSE_CLOSE}"
-
-
-def _as_pil(image: np.ndarray, index: int) -> Image.Image:
-    array = np.asarray(image)
-    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
-        raise ValueError(
-            f"image {index}: expected an (H, W, 3) uint8 RGB array, got {array.shape} {array.dtype}"
-        )
-    return Image.fromarray(array)
-
-
 def convert_messages(
     messages: list[dict[str, Any]], images: list[np.ndarray], *, native_tool_role: bool
 ) -> tuple[list[dict[str, Any]], list[Image.Image]]:
-    """Turn an episode's OpenAI-style chat into a processor conversation and its images in prompt order.
+    """An episode's chat as a processor conversation and its images in prompt order.
 
-    Image parts ``{"type": "image", "index": i}`` become ``{"type": "image"}`` and ``images[i]`` is
-    appended to the returned list, so placeholders and pixels line up. With ``native_tool_role`` the
-    ``tool`` messages keep their role (the template adds ``<tool_response>``); otherwise consecutive tool
-    messages become one ``user`` message of ``<tool_response>`` blocks, as Qwen's own template renders them.
+    Image parts become ``{"type": "image"}`` placeholders and their pictures are listed in the order
+    the placeholders appear, so placeholders and pixels line up (see
+    :func:`spacetools.agent.chat.to_chat_messages` for the tool messages).
     """
-    conversation: list[dict[str, Any]] = []
     ordered_images: list[Image.Image] = []
 
-    def convert_parts(content: Any, position: int, is_tool: bool) -> list[dict[str, Any]]:
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        if not isinstance(content, list):
-            raise ValueError(f"message {position}: content must be a string or a list of parts")
-        parts: list[dict[str, Any]] = []
-        for part in content:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind == "text":
-                text = str(part.get("text", ""))
-                if is_tool:
-                    text = _strip_tool_response(text) if native_tool_role else _wrap_tool_response(text)
-                parts.append({"type": "text", "text": text})
-            elif kind == "image":
-                index = part.get("index")
-                if not isinstance(index, int) or not 0 <= index < len(images):
-                    raise ValueError(
-                        f"message {position}: image index {index!r} is out of range ({len(images)} images)"
-                    )
-                ordered_images.append(_as_pil(images[index], index))
-                parts.append({"type": "image"})
-            else:
-                raise ValueError(f"message {position}: unsupported content part {part!r}")
-        return parts
+    def image_part(index: int) -> dict[str, Any]:
+        try:
+            ordered_images.append(Image.fromarray(imagecodec.check_rgb(images[index])))
+        except ValueError as error:
+            raise ValueError(f"image {index}: {error}") from None
+        return {"type": "image"}
 
-    tool_turn: dict[str, Any] | None = None  # the user message that gathers consecutive tool results
-    for position, message in enumerate(messages):
-        role = message.get("role")
-        if role not in ("system", "user", "assistant", "tool"):
-            raise ValueError(f"message {position}: unknown role {role!r}")
-        parts = convert_parts(message.get("content", ""), position, is_tool=role == "tool")
-        if role != "tool" or native_tool_role:
-            conversation.append({"role": role, "content": parts})
-            tool_turn = None
-        elif tool_turn is None:
-            tool_turn = {"role": "user", "content": parts}
-            conversation.append(tool_turn)
-        else:
-            tool_turn["content"].extend([{"type": "text", "text": "\n"}, *parts])
+    conversation = to_chat_messages(messages, len(images), image_part, native_tool_role=native_tool_role)
     return conversation, ordered_images
 
 
@@ -176,10 +122,12 @@ class HFPolicy:
         self.native_tool_role = template_renders_tool_role(chat_template)
 
         torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
-        self.model = AutoModelForImageTextToText.from_pretrained(
-            path, dtype=torch_dtype, local_files_only=True
+        # cast: transformers' stubs type `.to` for a bare PreTrainedModel only.
+        self.model: Any = cast(
+            Any, AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
         )
-        self.model.to(device).eval()
+        self.model.to(device)
+        self.model.eval()
         self.generation_config = _generation_config(self.model, self.tokenizer, max_new_tokens, temperature)
 
         self._batcher: _Batcher | None = None
@@ -325,7 +273,7 @@ def load_processor(path: Path) -> Any:
     return _without_video(processor_cls).from_pretrained(path, local_files_only=True)
 
 
-def _without_video(processor_cls: type) -> type:
+def _without_video(processor_cls: Any) -> Any:
     """A subclass of ``processor_cls`` that takes only an image processor and a tokenizer."""
 
     def __init__(

@@ -1,6 +1,7 @@
 """A policy backed by any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a frontier API).
 
-The model drives the same tag protocol as every other policy: no native function calling. Tool
+The model drives the same tag protocol as every other policy: no native function calling. The
+episode's messages become chat messages with :func:`spacetools.agent.chat.to_chat_messages`: tool
 responses go back as user messages carrying the ``<tool_response>`` text (how Qwen2.5's chat template
 renders the ``tool`` role), consecutive ones merged into one message; images travel as base64 PNG data
 URLs in ``image_url`` parts. Retries with exponential back-off on 429, 5xx, timeouts and connection
@@ -17,7 +18,9 @@ from typing import Any
 import numpy as np
 import openai
 
-from spacetools.agent.types import EpisodeState, image_to_data_url
+from spacetools.agent.chat import to_chat_messages
+from spacetools.agent.types import EpisodeState
+from spacetools.tools import imagecodec
 
 
 class _DataUrlCache:
@@ -30,7 +33,7 @@ class _DataUrlCache:
         key = id(image)
         url = self._urls.get(key)
         if url is None:
-            url = image_to_data_url(image)
+            url = imagecodec.to_data_url(image)
             self._urls[key] = url
             # id() values are reused after an array dies, so forget the entry with the array.
             weakref.finalize(image, self._urls.pop, key, None)
@@ -108,20 +111,11 @@ class OpenAIPolicy:
 
     def chat_messages(self, state: EpisodeState) -> list[dict[str, Any]]:
         """The episode's messages in chat-completions form."""
-        converted: list[dict[str, Any]] = []
-        previous_role: str | None = None
-        for message in state.messages:
-            role = message["role"]
-            content = self._content(message.get("content", ""), state)
-            if role != "tool":
-                converted.append({"role": role, "content": content})
-            elif previous_role == "tool":
-                # Tag protocol: a run of tool responses is one user turn, as Qwen2.5's template renders it.
-                converted[-1]["content"].extend(self._as_parts(content))
-            else:
-                converted.append({"role": "user", "content": self._as_parts(content)})
-            previous_role = role
-        return converted
+
+        def image_part(index: int) -> dict[str, Any]:
+            return {"type": "image_url", "image_url": {"url": self._image_urls.get(state.images[index])}}
+
+        return to_chat_messages(state.messages, len(state.images), image_part, plain_text=True)
 
     async def act(self, state: EpisodeState) -> str:
         """Ask the endpoint for the next assistant turn and return its text."""
@@ -145,21 +139,3 @@ class OpenAIPolicy:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
-
-    def _content(
-        self, content: str | list[dict[str, Any]], state: EpisodeState
-    ) -> str | list[dict[str, Any]]:
-        if isinstance(content, str):
-            return content
-        parts: list[dict[str, Any]] = []
-        for part in content:
-            if part.get("type") == "image":
-                url = self._image_urls.get(state.images[part["index"]])
-                parts.append({"type": "image_url", "image_url": {"url": url}})
-            else:
-                parts.append({"type": "text", "text": part.get("text", "")})
-        return parts
-
-    @staticmethod
-    def _as_parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
