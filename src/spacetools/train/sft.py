@@ -134,9 +134,10 @@ def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -
     checkpoint = config.out / CHECKPOINT_DIR
     _recover_checkpoint(checkpoint)
     model_path = checkpoint / MODEL_DIR if resume and (checkpoint / "trainer.pt").is_file() else config.model
-    model = AutoModelForImageTextToText.from_pretrained(
+    model: Any = AutoModelForImageTextToText.from_pretrained(
         model_path, dtype=getattr(torch, config.dtype), local_files_only=True
-    ).to(config.device)
+    )
+    model.to(config.device)
     if config.freeze_vision:
         for name, parameter in model.named_parameters():
             if "visual" in name:
