@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 
 from spacetools.agent.policies.hf import load_processor  # noqa: E402
 from spacetools.train.config import SFTConfig  # noqa: E402
-from spacetools.train.sft import encode_episode, train_sft  # noqa: E402
+from spacetools.train.episodes import encode_episode  # noqa: E402
+from spacetools.train.sft import train_sft  # noqa: E402
 
 CALL = '<tool_call>{"name": "depth_estimator.estimate_depth", "arguments": {"image_index": 0}}</tool_call>'
 

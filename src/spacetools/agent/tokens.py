@@ -112,6 +112,10 @@ class ProcessorTokenizer:
         self._images = list(images)
         self.vision_inputs: list[dict[str, Any]] = []
 
+    def add_images(self, images: list[Any]) -> None:
+        """Images that appeared in the conversation since (tool pictures shown to the model)."""
+        self._images.extend(images)
+
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
         return self.processor.apply_chat_template(conversation, **kwargs)
 

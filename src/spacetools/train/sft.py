@@ -13,32 +13,20 @@ import json
 import math
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from spacetools.agent.chat import to_chat_messages
 from spacetools.agent.policies.hf import load_processor
-from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
 from spacetools.tools import imagecodec
 from spacetools.train.config import SFTConfig, record_config
-from spacetools.train.objectives import token_logprobs
+from spacetools.train.episodes import Example, encode_episode, forward_logprobs
 
 CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
 MODEL_DIR = "model"
-
-
-@dataclass
-class Example:
-    """One encoded episode: `ids (T,)`, `mask (T,)` 1 on assistant tokens, and the processor's pixel inputs."""
-
-    ids: torch.Tensor
-    mask: torch.Tensor
-    vision: dict[str, torch.Tensor]
 
 
 def read_traces(path: Path) -> list[dict[str, Any]]:
@@ -54,51 +42,10 @@ def read_traces(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def encode_episode(processor: Any, messages: list[dict[str, Any]], images: list[np.ndarray]) -> Example:
-    """Token ids of an episode as its model's chat template renders it, with the assistant mask."""
-    ordered: list[np.ndarray] = []
-
-    def image_part(index: int) -> dict[str, Any]:
-        ordered.append(images[index])
-        return {"type": "image"}
-
-    native = "<tool_response>" in str(processor.chat_template or "")
-    chat = to_chat_messages(messages, len(images), image_part, native_tool_role=native)
-    tokenizer = ProcessorTokenizer(processor, ordered)
-    eos = processor.tokenizer.convert_tokens_to_ids(processor.tokenizer.eos_token)
-    first = next((i for i, message in enumerate(chat) if message["role"] == "assistant"), len(chat))
-    trace = ChatTrace(tokenizer, chat[:first])
-    context: list[dict[str, Any]] = []
-    for message in chat[first:]:
-        if message["role"] != "assistant":
-            context.append(message)
-            continue
-        if context:
-            trace.add_messages(context)
-            context = []
-        text = _text_of(message["content"])
-        ids = [*tokenizer.encode(text), eos]
-        trace.add_generation(ids, [0.0] * len(ids))
-    vision = {
-        key: torch.cat([chunk[key] for chunk in tokenizer.vision_inputs])
-        for key in (tokenizer.vision_inputs[0] if tokenizer.vision_inputs else {})
-    }
-    return Example(torch.tensor(trace.trace.ids), torch.tensor(trace.trace.mask), vision)
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content if part.get("type") == "text")
-
-
 def episode_loss(model: Any, example: Example, device: str) -> tuple[torch.Tensor, int]:
     """Summed negative log-likelihood of the assistant tokens of one episode, and how many there are."""
-    ids = example.ids.unsqueeze(0).to(device)  # (1, T)
+    logp = forward_logprobs(model, example, device)  # (1, T)
     mask = example.mask.unsqueeze(0).to(device)  # (1, T)
-    vision = {key: value.to(device) for key, value in example.vision.items()}
-    logits = model(input_ids=ids, **vision).logits  # (1, T, V)
-    logp = token_logprobs(logits, ids)  # (1, T)
     return -(logp * mask).sum(), int(mask.sum())
 
 
