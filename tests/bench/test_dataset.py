@@ -12,15 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from spacetools.bench.dataset import (
-    SCHEMA,
-    Sample,
-    decode_image,
-    decode_mask,
-    encode_png_data_uri,
-    read_samples,
-    write_parquet,
-)
+from spacetools.bench.dataset import SCHEMA, Sample, read_samples, write_parquet
+from spacetools.tools.imagecodec import decode as decode_image
+from spacetools.tools.imagecodec import decode_mask
+from spacetools.tools.imagecodec import to_data_url as encode_png_data_uri
 
 
 def _image(seed: int = 0) -> np.ndarray:
@@ -130,3 +125,10 @@ def test_missing_key_and_missing_folder_are_clear_errors(tmp_path: Path) -> None
 def test_bad_base64_image_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not valid base64"):
         decode_image("data:image/jpeg;base64,@@@not-base64@@@")
+
+
+def test_a_file_that_is_not_parquet_is_a_clear_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "spatialsim_robospatial.parquet"
+    bogus.write_text("not a table")
+    with pytest.raises(ValueError, match="is not a readable parquet file"):
+        read_samples(bogus)

@@ -8,17 +8,20 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.types import EpisodeState
 from spacetools.bench.evaluate import (
-    HIDDEN_EXTRA_INFO_KEYS,
+    EvalConfig,
+    RunMismatchError,
+    check_resume,
+    episode_input,
     evaluate,
     load_samples,
     read_rows,
-    task_from_sample,
 )
 from spacetools.bench.spatialsim import generator
 from spacetools.bench.summary import Summary
@@ -47,15 +50,62 @@ class CountingPolicy(ScriptedPolicy):
         return await super().act(state)
 
 
-def test_tasks_never_carry_the_answer(data: Path) -> None:
+def test_tasks_carry_neither_answer_nor_scene_and_the_tools_get_the_scene(data: Path) -> None:
     samples = load_samples(data)
     for key, sample in samples.items():
-        task = task_from_sample(sample, key)
-        assert not HIDDEN_EXTRA_INFO_KEYS & set(task.extra_info)
+        item = episode_input(sample, key)
+        assert not {"answer", "ground_truth", "scene"} & set(item.task.extra_info)
+        visible = json.dumps(item.task.extra_info) + item.task.question
+        assert sample.extra_info["scene"] not in visible
         if len(sample.ground_truth) > 12:  # points, masks, corners: never copied anywhere the policy looks
-            assert sample.ground_truth not in json.dumps(task.extra_info) + task.question
-        assert task.scenes[0] == sample.extra_info["scene"]
-        assert "<image>" not in task.question
+            assert sample.ground_truth not in visible
+        assert item.attachments[0] == {"scene": sample.extra_info["scene"]}
+        assert "<image>" not in item.task.question
+
+
+def _strings_reachable(root: object) -> list[str]:
+    """Every string a policy can reach from ``root`` by attributes, items and elements (arrays skipped)."""
+    found: list[str] = []
+    stack, seen = [root], set()
+    while stack:
+        value = stack.pop()
+        if id(value) in seen or isinstance(value, (np.ndarray, int, float, type(None))):
+            continue
+        seen.add(id(value))
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            stack.extend([*value.keys(), *value.values()])
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend(value)
+        elif hasattr(value, "__dict__"):
+            stack.extend(vars(value).values())
+    return found
+
+
+class SnoopingPolicy(ScriptedPolicy):
+    """The scripted expert, also collecting every string it could reach on every turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reachable: list[str] = []
+
+    async def act(self, state: EpisodeState) -> str:
+        self.reachable.extend(_strings_reachable(state))
+        return await super().act(state)
+
+
+@pytest.mark.slow
+def test_a_policy_cannot_reach_the_scene_while_the_tools_use_it(data: Path, tmp_path: Path) -> None:
+    policy = SnoopingPolicy()
+    benches = ["spatialsim_cvb3ddepth", "spatialsim_boppose"]
+    summary = evaluate(policy, data, out_dir=tmp_path, benches=benches, profile="exact", report=False)
+    scenes = [sample.extra_info["scene"] for sample in load_samples(data, benches).values()]
+    assert policy.reachable and not [s for s in policy.reachable for scene in scenes if scene in s]
+    rows = read_rows(tmp_path / "samples.jsonl")
+    # The tools rebuilt every scene: the expert's measuring calls succeeded and it answered.
+    assert all(not call["is_error"] for row in rows for call in row["trajectory"]["tool_calls"])
+    assert summary.n == 4 and all(row["trajectory"]["finish_reason"] == "answer" for row in rows)
 
 
 def test_limit_and_bad_arguments(data: Path, tmp_path: Path) -> None:
@@ -183,3 +233,23 @@ def test_unreachable_toolshed_server_is_a_clear_error(data: Path, tmp_path: Path
     )
     assert result.exit_code == 1
     assert "127.0.0.1:9" in " ".join(result.output.split())
+
+
+def test_run_json_records_the_config_and_resume_names_each_differing_field(tmp_path: Path) -> None:
+    config = EvalConfig.from_options(tmp_path / "data", out_dir=tmp_path, profile="exact", max_turns=5)
+    assert (config.rollout.max_turns, config.rollout.concurrency, config.out) == (5, 8, tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps(config.run_record()))
+    check_resume(tmp_path, config.model_copy(update={"limit": 3, "data": Path("/moved")}))  # may differ
+    changed = config.model_copy(
+        update={"seed": 4, "rollout": config.rollout.with_options(max_turns=6, concurrency=2)}
+    )
+    with pytest.raises(RunMismatchError, match=r"rollout\.max_turns: 5 -> 6; seed: 0 -> 4\)"):
+        check_resume(tmp_path, changed)
+    old_style = {"policy": None, "profile": "exact", "seed": 0, "max_turns": 8, "toolshed_url": None}
+    (tmp_path / "run.json").write_text(json.dumps(old_style))  # a run.json written before EvalConfig
+    with pytest.raises(RunMismatchError, match=r"\(rollout\.max_turns: 8 -> 5\)"):
+        check_resume(tmp_path, config)
+    with pytest.raises(ValueError, match="unknown profile"):
+        EvalConfig.from_options(tmp_path, out_dir=tmp_path, profile="perfect")
+    with pytest.raises(ValueError, match="unknown toolset"):
+        EvalConfig.from_options(tmp_path, out_dir=tmp_path, toolset="v9")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import shapely
 
-from spacetools.bench.dataset import Sample, decode_mask
+from spacetools.bench.dataset import Sample
 from spacetools.bench.spatialsim import FAMILIES, generate
 from spacetools.bench.spatialsim.generator import check_families, derive_seed, uses_duplicates
 from spacetools.bench.spatialsim.question import format_points
@@ -22,6 +22,7 @@ from spacetools.sim.groundtruth import ObjectTruth
 from spacetools.sim.observation import Observation
 from spacetools.sim.scene import SceneSpec
 from spacetools.sim.world import Scene
+from spacetools.tools.imagecodec import decode_mask
 
 N = 6
 SEED = 11

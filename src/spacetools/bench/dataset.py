@@ -9,8 +9,6 @@ eval set, whose images may be `{"bytes": ...}` dicts and whose ground truth may 
 from __future__ import annotations
 
 import base64
-import binascii
-import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image
 from pydantic import BaseModel, ConfigDict, field_validator
+
+from spacetools.tools import imagecodec
 
 JPEG_QUALITY = 95
 
@@ -80,53 +79,6 @@ class Sample(BaseModel):
         return str(self.extra_info.get("question", "")).removeprefix("<image>\n")
 
 
-def encode_jpeg_data_uri(image: np.ndarray, quality: int = JPEG_QUALITY) -> str:
-    """Encode an RGB image as a `data:image/jpeg;base64,` URI."""
-    buffer = io.BytesIO()
-    Image.fromarray(image, mode="RGB").save(buffer, format="JPEG", quality=quality)
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def encode_png_data_uri(array: np.ndarray) -> str:
-    """Encode a boolean mask (as 0/255 grey) or an RGB image as a `data:image/png;base64,` URI."""
-    if array.dtype == bool:
-        array = array.astype(np.uint8) * 255
-    buffer = io.BytesIO()
-    # optimize=False and no metadata keep the bytes a pure function of the pixels.
-    Image.fromarray(array).save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def decode_image_bytes(data: str | bytes | dict[str, Any]) -> bytes:
-    """The encoded image bytes of a data URI, a plain base64 string, raw bytes or `{"bytes": ...}`."""
-    if isinstance(data, dict):
-        if data.get("bytes") is not None:
-            return bytes(data["bytes"])
-        if data.get("image") is not None:
-            return decode_image_bytes(data["image"])
-        if data.get("path"):
-            return Path(data["path"]).read_bytes()
-        raise ValueError(f"image entry has no 'image', 'bytes' or 'path': keys {sorted(data)}")
-    if isinstance(data, bytes):
-        return data
-    payload = data.split(",", 1)[1] if data.startswith("data:") else data
-    try:
-        return base64.b64decode(payload, validate=True)
-    except binascii.Error as error:
-        raise ValueError(f"image is not valid base64 ({error}): {data[:40]!r}...") from error
-
-
-def decode_image(data: str | bytes | dict[str, Any], mode: str = "RGB") -> np.ndarray:
-    """Decode any image form `decode_image_bytes` accepts into an array (RGB by default, `"L"` grey)."""
-    with Image.open(io.BytesIO(decode_image_bytes(data))) as image:
-        return np.asarray(image.convert(mode))
-
-
-def decode_mask(data: str | bytes) -> np.ndarray:
-    """Decode a PNG mask (data URI or bytes) into an (H, W) bool array."""
-    return decode_image(data, mode="L") > 127
-
-
 def _extra_info_row(extra_info: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(extra_info) - set(EXTRA_INFO_FIELDS))
     if unknown:
@@ -143,7 +95,10 @@ def write_parquet(samples: Sequence[Sample], path: str | Path) -> Path:
         {
             "data_source": sample.data_source,
             "prompt": [{"role": m["role"], "content": m["content"]} for m in sample.prompt],
-            "images": [{"image": encode_jpeg_data_uri(image)} for image in sample.images],
+            "images": [
+                {"image": imagecodec.to_data_url(image, "jpeg", quality=JPEG_QUALITY)}
+                for image in sample.images
+            ],
             "ability": sample.ability,
             "reward_model": {"ground_truth": sample.ground_truth, "style": sample.style},
             "extra_info": _extra_info_row(sample.extra_info),
@@ -172,7 +127,7 @@ def _sample_from_row(row: dict[str, Any]) -> Sample:
     return Sample(
         data_source=row["data_source"],
         prompt=prompt,
-        images=[decode_image(entry) for entry in row.get("images") or []],
+        images=[imagecodec.decode(entry) for entry in row.get("images") or []],
         ability=row.get("ability") or "spatial",
         ground_truth=_ground_truth_text(reward_model.get("ground_truth", "")),
         style=reward_model.get("style") or "rule",
@@ -202,5 +157,9 @@ def read_samples(path_or_dir: str | Path, keys: Iterable[str] | None = None) -> 
     """Read samples from a parquet file or a folder of `<key>.parquet` files (ours or the original set)."""
     samples: list[Sample] = []
     for file in parquet_files(path_or_dir, keys):
-        samples.extend(_sample_from_row(row) for row in pq.read_table(file).to_pylist())
+        try:
+            rows = pq.read_table(file).to_pylist()
+        except (pa.ArrowException, OSError) as error:
+            raise ValueError(f"{file} is not a readable parquet file: {error}") from None
+        samples.extend(_sample_from_row(row) for row in rows)
     return samples

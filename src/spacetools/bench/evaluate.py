@@ -1,52 +1,184 @@
-"""The evaluation harness: run a policy on benchmark samples with live tools, score, summarize, report.
+"""The evaluation harness: benchmark samples → :func:`~spacetools.agent.rollout.run_episodes` with live
+tools and scoring → a run folder (see :mod:`spacetools.bench.runfolder`) with a summary and a report.
 
-Output folder layout:
-
-- ``run.json``: how the run was made (policy, profile, toolset, seed, turn limit, data); resuming into
-  a folder made with other settings is refused, so one folder never mixes two runs.
-- ``samples.jsonl``: one line per finished sample (``id``, ``data_source``, ``index``, ``question``,
-  ``score``, ``trajectory``), appended and flushed as each episode ends, so a killed run loses at most
-  the episodes in flight and a re-run skips every id already there.
-- ``summary.json``: :class:`spacetools.bench.summary.Summary` over all rows.
-- ``report.html``: :mod:`spacetools.bench.report`.
+One :class:`EvalConfig` describes a run; ``run.json`` records it, and resuming into a folder made with
+other settings is refused with the differing fields named, so one folder never mixes two runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import io
 import json
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from PIL import Image
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from spacetools.agent.protocol import DEFAULT_MAX_TOOL_RESPONSE_CHARS, read_prompt_template
-from spacetools.agent.rollout import run_episode
-from spacetools.agent.types import Policy, Task, Trajectory
+from spacetools.agent.rollout import RolloutConfig, run_episodes
+from spacetools.agent.toolprovider import ToolProvider
+from spacetools.agent.types import EpisodeInput, Policy, Task, Trajectory
 from spacetools.bench.dataset import Sample, read_samples
 from spacetools.bench.report import write_report
+from spacetools.bench.runfolder import (
+    REPORT_FILE,
+    RUN_FILE,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    SamplesWriter,
+    read_rows,
+    repair_samples,
+)
 from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.rewards import compute_score
+from spacetools.tools import imagecodec
 from spacetools.tools.realism import get_profile
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteToolshed
+from spacetools.toolshed.toolsets import get_toolset
 
-SAMPLES_FILE = "samples.jsonl"
-SUMMARY_FILE = "summary.json"
-REPORT_FILE = "report.html"
-RUN_FILE = "run.json"
+__all__ = [
+    "REPORT_FILE",
+    "RUN_FILE",
+    "SAMPLES_FILE",
+    "SUMMARY_FILE",
+    "EvalConfig",
+    "RunMismatchError",
+    "evaluate",
+    "evaluate_async",
+    "load_samples",
+    "read_rows",
+    "task_from_sample",
+]
+
 THUMBNAIL_WIDTH = 320
+EVAL_CONCURRENCY = 8
 
-# extra_info keys that carry the answer: a policy must never see them.
-HIDDEN_EXTRA_INFO_KEYS = frozenset({"answer", "ground_truth"})
+#: Fields that do not change what a run measures: a resumed run may differ in them.
+RESUMABLE_FIELDS = frozenset({"data", "out", "benches", "limit", "resume", "report", "system_prompt"})
+
+
+class EvalConfig(BaseModel):
+    """Everything that defines an evaluation run; ``run.json`` records it and the CLI maps onto it.
+
+    ``policy`` and ``policy_options`` name the policy as :func:`~spacetools.agent.policies.make_policy`
+    builds it (the harness fills ``policy`` with the policy's own name). ``system_prompt`` is a template
+    file; its text lands in ``rollout.system_prompt``. With ``toolshed_url`` the tools run in a Toolshed
+    server and ``toolset``, ``profile`` and ``seed`` are the server's.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    data: Path
+    out: Path
+    benches: list[str] | None = None
+    limit: Annotated[int | None, Field(ge=1)] = None
+    policy: str | None = None
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    profile: str = "realistic"
+    toolset: str | list[ToolDeployment] = "v1"
+    seed: Annotated[int, Field(ge=0)] = 0
+    toolshed_url: str | None = None
+    system_prompt: Path | None = None
+    resume: bool = True
+    report: bool = True
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(concurrency=EVAL_CONCURRENCY))
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        get_profile(value)  # a ValueError listing the choices
+        return value
+
+    @field_validator("toolset")
+    @classmethod
+    def _known_toolset(cls, value: str | list[ToolDeployment]) -> str | list[ToolDeployment]:
+        if isinstance(value, str):
+            get_toolset(value)
+        return value
+
+    @field_serializer("toolset")
+    def _toolset_json(self, value: str | list[ToolDeployment]) -> str | list[str]:
+        return value if isinstance(value, str) else [repr(deployment) for deployment in value]
+
+    @classmethod
+    def from_options(cls, data: str | Path, **options: Any) -> EvalConfig:
+        """The config of the keyword options :func:`evaluate` has always taken (``out_dir``, ``benches``,
+        ``concurrency``, ``max_turns``, ``max_tool_response_chars``, …)."""
+        rollout_fields = set(RolloutConfig.model_fields) - {"system_prompt"}  # ours is the template file
+        rollout_options = {k: options.pop(k) for k in list(options) if k in rollout_fields}
+        rollout_options.setdefault("concurrency", EVAL_CONCURRENCY)
+        if "out_dir" in options:
+            options["out"] = options.pop("out_dir")
+        return cls(data=Path(data), rollout=RolloutConfig(**rollout_options), **options)
+
+    def run_record(self) -> dict[str, Any]:
+        """What ``run.json`` holds."""
+        return self.model_dump(mode="json")
+
+
+class RunMismatchError(ValueError):
+    """The run folder holds a run made with other settings."""
+
+
+def _flatten(record: dict[str, Any]) -> dict[str, Any]:
+    """``rollout.max_turns``-style keys; an older flat ``run.json`` maps its rollout keys the same way."""
+    flat = {k: v for k, v in record.items() if k != "rollout"}
+    if "rollout" not in record:  # written before EvalConfig: the rollout's limits sat at the top
+        for key in ("max_turns", "max_tool_response_chars"):
+            if key in flat:
+                flat[f"rollout.{key}"] = flat.pop(key)
+    flat.update({f"rollout.{k}": v for k, v in (record.get("rollout") or {}).items()})
+    flat.pop("rollout.concurrency", None)
+    return {k: v for k, v in flat.items() if k not in RESUMABLE_FIELDS}
+
+
+def check_resume(out: Path, config: EvalConfig) -> None:
+    """Refuse to resume into a folder whose ``run.json`` records other settings (naming each one)."""
+    run_file = out / RUN_FILE
+    if not run_file.is_file():
+        return
+    try:
+        previous = json.loads(run_file.read_text(encoding="utf-8"))
+        if not isinstance(previous, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as error:
+        raise RunMismatchError(
+            f"{run_file} is unreadable ({error}); use another --out or --no-resume"
+        ) from None
+    old, new = _flatten(previous), _flatten(config.run_record())
+    # An older run.json lacks the settings added since; those it has must still match.
+    keys = old.keys() | new.keys() if "rollout" in previous else old.keys() & new.keys()
+    changed = sorted(key for key in keys if old.get(key) != new.get(key))
+    if changed:
+        described = "; ".join(f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in changed)
+        raise RunMismatchError(
+            f"{out} holds a run with other settings ({described}); use another --out or --no-resume"
+        )
+
+
+def _prepare_folder(config: EvalConfig, console: Console | None) -> None:
+    """Make the run folder (checking resume, or starting afresh) and write ``run.json``."""
+    out = config.out
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file, not a folder")
+    if config.resume:
+        check_resume(out, config)
+        repaired = repair_samples(out / SAMPLES_FILE)
+        if repaired and console is not None:
+            console.print(f"[yellow]note:[/yellow] {repaired}")
+    else:
+        (out / SAMPLES_FILE).unlink(missing_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise NotADirectoryError(f"--out {out}: a part of the path is a file, not a folder") from None
+    (out / RUN_FILE).write_text(json.dumps(config.run_record(), indent=2) + "\n", encoding="utf-8")
 
 
 def task_id(sample: Sample, position: int) -> str:
@@ -63,15 +195,24 @@ def _question(sample: Sample) -> str:
 
 
 def task_from_sample(sample: Sample, id: str) -> Task:
-    """The policy's view of a sample: question, images, scenes and extra_info without the answer."""
-    scene = sample.extra_info.get("scene")
+    """The policy's view of a sample: question, images and public metadata (never answer or scene)."""
     return Task(
         id=id,
         data_source=sample.data_source,
         question=_question(sample),
         images=list(sample.images),
-        scenes=[scene] + [None] * (len(sample.images) - 1),
-        extra_info={k: v for k, v in sample.extra_info.items() if k not in HIDDEN_EXTRA_INFO_KEYS},
+        extra_info=dict(sample.extra_info),  # Task keeps the public keys only
+    )
+
+
+def episode_input(sample: Sample, id: str) -> EpisodeInput:
+    """One episode of a sample: the policy's task, its scene for the tools only, and its scorer."""
+    scene = sample.extra_info.get("scene")
+    attachments: list[dict[str, Any] | None] = [None] * len(sample.images)
+    if scene is not None:
+        attachments[0] = {"scene": scene}
+    return EpisodeInput(
+        task_from_sample(sample, id), attachments=attachments, scorer=partial(score_text, sample)
     )
 
 
@@ -100,211 +241,136 @@ def load_samples(
     return selected
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``samples.jsonl``; a torn last line (a run killed mid-write) is ignored."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    rows = []
-    lines = path.read_text().splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                break
-            raise ValueError(f"{path}:{number} is not valid JSON: {error}") from error
-    return rows
+def score_text(sample: Sample, solution_text: str) -> dict[str, Any]:
+    """The reward module's score of a solution text against the sample's ground truth."""
+    return compute_score(sample.data_source, solution_text, sample.ground_truth, sample.extra_info)
 
 
 def score_sample(sample: Sample, trajectory: Trajectory) -> dict[str, Any]:
     """The reward module's score of a trajectory against the sample's ground truth."""
-    return compute_score(sample.data_source, trajectory.solution_text, sample.ground_truth, sample.extra_info)
+    return score_text(sample, trajectory.solution_text)
 
 
 def thumbnail_data_url(image: np.ndarray, width: int = THUMBNAIL_WIDTH) -> str:
     """A small JPEG data URL of an RGB image (tool pictures in the report)."""
-    picture = Image.fromarray(image)
-    picture.thumbnail((width, width))
-    buffer = io.BytesIO()
-    picture.convert("RGB").save(buffer, format="JPEG", quality=80)
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return imagecodec.thumbnail_data_url(image, width)
 
 
-def _check_run_settings(out_dir: Path, settings: dict[str, Any], resume: bool) -> None:
-    """Refuse to mix two different runs in one folder; start the folder afresh when not resuming."""
-    run_file, samples_file = out_dir / RUN_FILE, out_dir / SAMPLES_FILE
-    if resume and run_file.is_file():
-        previous = json.loads(run_file.read_text())
-        changed = {
-            k: (previous.get(k), v) for k, v in settings.items() if k != "data" and previous.get(k) != v
-        }
-        if changed:
-            described = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
-            raise ValueError(
-                f"{out_dir} holds a run with other settings ({described}); use another --out or --no-resume"
-            )
-    elif not resume and samples_file.exists():
-        samples_file.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    run_file.write_text(json.dumps(settings, indent=2) + "\n")
+def sample_row(sample: Sample, trajectory: Trajectory, question: str) -> dict[str, Any]:
+    """One ``samples.jsonl`` row. A scorer failure is scored 0 with the reason on the row."""
+    score = trajectory.score
+    if score is None:
+        reason = trajectory.error if (trajectory.error or "").startswith("scorer failed") else "not scored"
+        score = {"score": 0.0, "reason": reason}
+        trajectory.score = score
+    # Tool pictures are for the report only: small JPEG thumbnails keep samples.jsonl lean.
+    tool_images = [thumbnail_data_url(image) for image in trajectory.images]
+    trajectory.images = []
+    return {
+        "id": trajectory.task_id,
+        "data_source": trajectory.data_source,
+        "index": sample.extra_info.get("index"),
+        "question": question,
+        "score": score,
+        "trajectory": trajectory.to_dict(),
+        "tool_images": tool_images,
+    }
 
 
-async def _run_tasks(
+def _progress(console: Console | None) -> Progress | None:
+    if console is None:
+        return None
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def _tools(config: EvalConfig) -> Toolshed | RemoteToolshed:
+    if config.toolshed_url:
+        return RemoteToolshed(config.toolshed_url)
+    return Toolshed(config.toolset, profile=config.profile, seed=config.seed)
+
+
+async def _run_pending(
     policy: Policy,
-    toolshed: Toolshed,
-    pending: list[tuple[Task, Sample]],
-    samples_file: Path,
-    *,
-    concurrency: int,
-    progress: Progress | None,
-    **episode_options: Any,
+    toolshed: ToolProvider,
+    pending: dict[str, Sample],
+    config: EvalConfig,
+    console: Console | None,
 ) -> None:
-    """Run the pending episodes concurrently, appending one scored row per episode as it ends."""
-    semaphore = asyncio.Semaphore(concurrency)
-    bar = progress.add_task("episodes", total=len(pending)) if progress else None
-    with samples_file.open("a") as handle:
+    """Run the pending samples' episodes, appending one scored row per episode as it ends."""
+    inputs = [episode_input(sample, key) for key, sample in pending.items()]
+    questions = {item.task.id: item.task.question for item in inputs}
+    progress = _progress(console)
+    with SamplesWriter(config.out / SAMPLES_FILE) as writer, progress or contextlib.nullcontext():
+        bar = progress.add_task("episodes", total=len(inputs)) if progress else None
 
-        async def one(task: Task, sample: Sample) -> None:
-            async with semaphore:
-                started = time.perf_counter()
-                try:
-                    trajectory = await run_episode(policy, toolshed, task, **episode_options)
-                except Exception as error:  # the row must exist even if the rollout itself breaks
-                    trajectory = Trajectory(
-                        task_id=task.id,
-                        data_source=task.data_source,
-                        messages=[],
-                        tool_calls=[],
-                        answer=None,
-                        turns=0,
-                        score=None,
-                        parse_errors=0,
-                        stats={},
-                        wall_s=time.perf_counter() - started,
-                        finish_reason="policy_error",
-                        error=f"{type(error).__name__}: {error}",
-                    )
-                try:
-                    score = score_sample(sample, trajectory)
-                except Exception as error:  # a scorer bug is reported on the row, not fatal to the run
-                    score = {"score": 0.0, "reason": f"scorer failed: {type(error).__name__}: {error}"}
-                trajectory.score = score
-                # Tool pictures are for the report only: small JPEG thumbnails keep samples.jsonl lean.
-                tool_images = [thumbnail_data_url(image) for image in trajectory.images]
-                trajectory.images = []
-                row = {
-                    "id": task.id,
-                    "data_source": task.data_source,
-                    "index": sample.extra_info.get("index"),
-                    "question": task.question,
-                    "score": score,
-                    "trajectory": trajectory.to_dict(),
-                    "tool_images": tool_images,
-                }
-                handle.write(json.dumps(row) + "\n")
-                handle.flush()
-                if progress is not None and bar is not None:
-                    progress.advance(bar)
+        def write(trajectory: Trajectory) -> None:
+            writer.append(sample_row(pending[trajectory.task_id], trajectory, questions[trajectory.task_id]))
+            if progress is not None and bar is not None:
+                progress.advance(bar)
 
-        await asyncio.gather(*(one(task, sample) for task, sample in pending))
+        await run_episodes(policy, toolshed, inputs, config=config.rollout, on_result=write)
 
 
 async def evaluate_async(
     policy: Policy,
-    data: str | Path,
+    data: str | Path | None = None,
     *,
-    out_dir: str | Path,
-    benches: Sequence[str] | None = None,
-    profile: str = "realistic",
-    concurrency: int = 8,
-    limit: int | None = None,
-    resume: bool = True,
-    toolset: str | Sequence[ToolDeployment] = "v1",
-    seed: int = 0,
-    max_turns: int = 8,
-    max_tool_response_chars: int = DEFAULT_MAX_TOOL_RESPONSE_CHARS,
-    system_prompt: Path | None = None,
-    toolshed_url: str | None = None,
+    config: EvalConfig | None = None,
     console: Console | None = None,
-    report: bool = True,
+    on_start: Callable[[EvalConfig], None] | None = None,
+    **options: Any,
 ) -> Summary:
-    """Evaluate ``policy`` on the samples in ``data`` with live tools; write the run folder.
+    """Evaluate ``policy`` with live tools as ``config`` says; write the run folder; return the summary
+    over every row of the run (resumed ones included).
 
-    ``benches`` selects data sources (parquet stems); ``limit`` caps samples per benchmark; with
-    ``resume`` the ids already in ``samples.jsonl`` are skipped. ``system_prompt`` is a prompt template
-    file (``{tools}`` marks the tools block) for a model trained with its own prompt. With
-    ``toolshed_url`` the tools run in a Toolshed server (``spacetools serve``) instead of in this
-    process; ``toolset``, ``profile`` and ``seed`` are then the server's. A console shows a progress
-    bar and the final table. Returns the summary over every row of the run (resumed ones included).
+    Without ``config`` it is built by :meth:`EvalConfig.from_options` from ``data`` and the keyword
+    options evaluate has always taken (``out_dir``, ``benches``, ``profile``, ``concurrency``, ``limit``,
+    ``resume``, ``toolset``, ``seed``, ``max_turns``, ``max_tool_response_chars``, ``system_prompt``,
+    ``toolshed_url``, ``report``). A console shows a progress bar, notes and the final table.
     """
-    get_profile(profile)  # a ValueError listing the choices
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    out = Path(out_dir)
-    samples = load_samples(data, benches, limit)
-    settings = {
-        "policy": policy.name,
-        "profile": profile,
-        "toolset": toolset if isinstance(toolset, str) else [repr(d) for d in toolset],
-        "seed": seed,
-        "max_turns": max_turns,
-        "max_tool_response_chars": max_tool_response_chars,
-        "system_prompt": str(system_prompt) if system_prompt else None,
-        "toolshed_url": toolshed_url,
-        "data": str(data),
-    }
-    prompt = read_prompt_template(system_prompt) if system_prompt else None
-    _check_run_settings(out, settings, resume)
-    samples_file = out / SAMPLES_FILE
-    done = {row["id"] for row in read_rows(samples_file)}
-    pending = [(task_from_sample(sample, key), sample) for key, sample in samples.items() if key not in done]
+    if config is None:
+        if data is None:
+            raise TypeError("evaluate needs data (or a config)")
+        config = EvalConfig.from_options(data, **options)
+    elif data is not None or options:
+        raise TypeError("give either a config or data and options, not both")
+    rollout = config.rollout.with_options(system_prompt=config.system_prompt)
+    config = config.model_copy(update={"policy": policy.name, "rollout": rollout})
+    if on_start is not None:
+        on_start(config)
+    samples = load_samples(config.data, config.benches, config.limit)
+    _prepare_folder(config, console)
+    samples_file = config.out / SAMPLES_FILE
+    done = {row.get("id") for row in read_rows(samples_file)}
+    pending = {key: sample for key, sample in samples.items() if key not in done}
 
-    started = time.perf_counter()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     if pending:
-        progress = (
-            Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            )
-            if console is not None
-            else None
-        )
-        tools = (
-            RemoteToolshed(toolshed_url) if toolshed_url else Toolshed(toolset, profile=profile, seed=seed)
-        )
-        async with tools as toolshed:
-            with progress if progress is not None else contextlib.nullcontext():
-                await _run_tasks(
-                    policy,
-                    toolshed,
-                    pending,
-                    samples_file,
-                    concurrency=concurrency,
-                    progress=progress,
-                    max_turns=max_turns,
-                    max_tool_response_chars=max_tool_response_chars,
-                    system_prompt=prompt,
-                )
-    run_wall_s = time.perf_counter() - started
+        async with _tools(config) as toolshed:
+            await _run_pending(policy, toolshed, pending, config, console)
+    run_wall_s = loop.time() - started
 
-    rows = [row for row in read_rows(samples_file) if row["id"] in samples]
-    summary = summarize(rows, policy=policy.name, profile=profile, data=str(data), run_wall_s=run_wall_s)
-    summary.save(out / SUMMARY_FILE)
-    if report:
-        write_report(out / REPORT_FILE, summary, rows, samples)
+    rows = [row for row in read_rows(samples_file) if row.get("id") in samples]
+    summary = summarize(
+        rows, policy=policy.name, profile=config.profile, data=str(config.data), run_wall_s=run_wall_s
+    )
+    summary.save(config.out / SUMMARY_FILE)
+    if config.report:
+        write_report(config.out / REPORT_FILE, summary, rows, samples)
     if console is not None:
         console.print(summary_table(summary))
     return summary
 
 
-def evaluate(policy: Policy, data: str | Path, **options: Any) -> Summary:
-    """Evaluate ``policy`` on ``data`` with live tools; the options are those of :func:`evaluate_async`.
+def evaluate(policy: Policy, data: str | Path | None = None, **options: Any) -> Summary:
+    """Evaluate ``policy``; the arguments are those of :func:`evaluate_async`.
 
     This runs its own event loop, so before the loop ends it closes what the policy holds in it (its
     ``aclose``: HTTP connections, a batching task); the policy stays usable for a later run.

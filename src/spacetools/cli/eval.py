@@ -2,41 +2,67 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from spacetools.agent.policies import POLICIES, make_policy
-from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, evaluate
+from spacetools.agent.rollout import RolloutConfig
+from spacetools.agent.types import Policy
+from spacetools.bench.dataset import parquet_files
+from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, EvalConfig, evaluate
 from spacetools.bench.summary import Summary, compare_table
-from spacetools.cli.options import profile_option
+from spacetools.cli.options import (
+    check_out_folder,
+    comma_list,
+    key_values,
+    profile_option,
+    read_text_file,
+    seed_option,
+)
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
 
 
-def _comma_list(values: list[str] | None) -> list[str] | None:
-    """`--bench a,b --bench c` → [a, b, c]."""
-    if not values:
-        return None
-    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+def _check_data(data: Path, benches: list[str] | None) -> None:
+    """The data folder exists and holds a parquet file for every benchmark asked for."""
+    try:
+        parquet_files(data, benches)
+    except FileNotFoundError as error:
+        hint = "--bench" if benches and data.exists() else "--data"
+        raise typer.BadParameter(str(error), param_hint=hint) from None
 
 
-def _policy_options(values: list[str] | None) -> dict[str, Any]:
-    """`--option key=value` pairs; values are read as JSON when they parse (numbers, booleans)."""
-    options: dict[str, Any] = {}
-    for item in values or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint="--option")
-        try:
-            options[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            options[key.strip()] = raw
-    return options
+def _check_url(url: str | None) -> None:
+    if url is None:
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise typer.BadParameter(
+            f"expected an http(s) URL such as http://127.0.0.1:8100, got {url!r}", param_hint="--toolshed-url"
+        )
+
+
+def _build_policy(name: str, options: dict[str, Any]) -> Policy:
+    try:
+        return make_policy(name, **options)
+    except (ValueError, TypeError, OSError) as error:  # OSError: a missing replay file or model folder
+        hint = "--policy" if name not in POLICIES else "--option"
+        raise typer.BadParameter(str(error), param_hint=hint) from None
+
+
+def _config(**fields: Any) -> EvalConfig:
+    try:
+        return EvalConfig(**fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise typer.BadParameter(f"{where}: {first['msg']}") from None
 
 
 @app.callback(invoke_without_command=True)
@@ -47,7 +73,7 @@ def run(
         None, "--data", help="A parquet file, a folder of <key>.parquet, or the eval set's folder (data/)."
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="Run folder: samples.jsonl, summary.json, report.html."
+        None, "--out", help="Run folder: run.json, samples.jsonl, summary.json, report.html."
     ),
     bench: list[str] | None = typer.Option(
         None, "--bench", help="Benchmark keys (parquet stems), comma-separated or repeated; default all."
@@ -56,7 +82,7 @@ def run(
     limit: int | None = typer.Option(None, "--limit", help="At most this many samples per benchmark."),
     concurrency: int = typer.Option(8, "--concurrency", help="Episodes run at once."),
     max_turns: int = typer.Option(8, "--max-turns", help="Assistant turns per episode."),
-    seed: int = typer.Option(0, "--seed", help="Toolshed seed (realism draws are reproducible)."),
+    seed: int = seed_option("Toolshed seed (realism draws are reproducible)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already in samples.jsonl."),
     option: list[str] | None = typer.Option(
         None, "--option", help="Policy option key=value, repeated (e.g. model=..., base_url=...)."
@@ -86,39 +112,44 @@ def run(
     if missing:
         raise typer.BadParameter(f"missing {', '.join(missing)}", param_hint=", ".join(missing))
     assert policy is not None and data is not None and out is not None  # checked just above
-    if limit is not None and limit < 1:
-        raise typer.BadParameter(f"must be at least 1, got {limit}", param_hint="--limit")
-    if concurrency < 1:
-        raise typer.BadParameter(f"must be at least 1, got {concurrency}", param_hint="--concurrency")
-    options = _policy_options(option)
+    for hint, value in (("--limit", limit), ("--concurrency", concurrency), ("--max-turns", max_turns)):
+        if value is not None and value < 1:
+            raise typer.BadParameter(f"must be at least 1, got {value}", param_hint=hint)
+    benches = comma_list(bench)
+    _check_data(data, benches)
+    check_out_folder(out)
+    _check_url(toolshed_url)
+    if system_prompt is not None:
+        read_text_file(system_prompt, "--system-prompt")
+    options = key_values(option)
     if policy == "scripted":
         options.setdefault("max_turns", max_turns)
-    try:
-        chosen = make_policy(policy, **options)
-    except (ValueError, TypeError) as error:
-        raise typer.BadParameter(str(error), param_hint="--policy") from error
-    try:
-        evaluate(
-            chosen,
-            data,
-            out_dir=out,
-            benches=_comma_list(bench),
-            profile=profile,
-            concurrency=concurrency,
-            limit=limit,
-            resume=resume,
-            seed=seed,
-            max_turns=max_turns,
-            max_tool_response_chars=max_tool_response_chars,
-            system_prompt=system_prompt,
-            toolshed_url=toolshed_url,
-            console=console,
+    if policy not in POLICIES:
+        raise typer.BadParameter(
+            f"unknown policy {policy!r}; choose one of {', '.join(sorted(POLICIES))}", param_hint="--policy"
         )
-    except FileNotFoundError as error:
-        raise typer.BadParameter(str(error), param_hint="--data") from error
-    except (ValueError, ConnectionError) as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(1) from error
+    config = _config(
+        data=data,
+        out=out,
+        benches=benches,
+        limit=limit,
+        policy=policy,
+        policy_options=options,
+        profile=profile,
+        seed=seed,
+        toolshed_url=toolshed_url,
+        system_prompt=system_prompt,
+        resume=resume,
+        rollout=RolloutConfig(
+            concurrency=concurrency, max_turns=max_turns, max_tool_response_chars=max_tool_response_chars
+        ),
+    )
+    chosen = _build_policy(policy, options)
+    try:
+        evaluate(chosen, config=config, console=console)
+    except (ValueError, ConnectionError, OSError, RuntimeError) as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     console.print(
         f"Report: {out / REPORT_FILE}  (samples: {out / SAMPLES_FILE}, summary: {out / SUMMARY_FILE})"
     )

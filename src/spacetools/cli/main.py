@@ -1,11 +1,57 @@
-"""The `spacetools` command: one typer app with a sub-app per concept."""
+"""The `spacetools` command: one typer app with a sub-app per concept.
+
+Every bad input ends the same way, wherever it is caught (click's parser or a command's own checks): one
+line on stderr naming the option and what is wrong, and exit status 2; never a traceback or a box.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from spacetools.cli import data, demo, eval, serve, tools
 
+
+class OneLineErrors(TyperGroup):
+    """A command group whose usage errors print as ``Error: <what> Try '<command> --help'.``"""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        except typer.TyperException as error:  # the base of typer's usage and parameter errors
+            context = getattr(error, "ctx", None)
+            hint = f" Try '{context.command_path} --help'." if context is not None else ""
+            format_message = getattr(error, "format_message", None)
+            text = format_message() if format_message is not None else str(error)
+            line = " ".join(text.split()).rstrip(".")  # one line, whatever the message holds
+            if line:
+                typer.echo(f"Error: {line}.{hint}", err=True)
+            elif hasattr(error, "show"):  # a group run without arguments shows its help
+                error.show()
+            sys.exit(getattr(error, "exit_code", 2))
+        sys.exit(result if isinstance(result, int) else 0)
+
+
 app = typer.Typer(
     name="spacetools",
+    cls=OneLineErrors,
     help="Tool-augmented spatial reasoning: simulated data, Toolshed tools, evaluation.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -1,7 +1,9 @@
-"""Options shared by several commands, validated in one place."""
+"""Options shared by several commands, validated in one place: a bad value is one clear line, exit 2."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -22,3 +24,56 @@ def profile_option(default: str = "realistic") -> Any:
     return typer.Option(
         default, "--profile", callback=_check_profile, help=f"Tool realism: {', '.join(PROFILE_NAMES)}."
     )
+
+
+def seed_option(help: str) -> Any:
+    """`--seed`: a non-negative integer (the Toolshed and the generator take seeds from 0 up)."""
+    return typer.Option(0, "--seed", min=0, help=help)
+
+
+def check_out_folder(path: Path, param_hint: str = "--out") -> Path:
+    """``path`` as a folder to write into: it, or the nearest part of it that exists, must be a folder."""
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                where = "is a file" if part == path else f"is under {part}, which is a file"
+                raise typer.BadParameter(f"{path} {where}, not a folder", param_hint=param_hint)
+            break
+    return path
+
+
+def read_text_file(path: Path, param_hint: str) -> str:
+    """The UTF-8 text of a file the user named, or one clear line saying why it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise typer.BadParameter(
+            f"{path} is not UTF-8 text ({error.reason} at byte {error.start})", param_hint=param_hint
+        ) from None
+    except IsADirectoryError:
+        raise typer.BadParameter(f"{path} is a folder, not a file", param_hint=param_hint) from None
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot read {path}: {error.strerror or error}", param_hint=param_hint
+        ) from None
+
+
+def comma_list(values: list[str] | None) -> list[str] | None:
+    """`--bench a,b --bench c` → [a, b, c]."""
+    if not values:
+        return None
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def key_values(values: list[str] | None, param_hint: str = "--option") -> dict[str, Any]:
+    """`key=value` pairs; values are read as JSON when they parse (numbers, booleans, objects)."""
+    options: dict[str, Any] = {}
+    for item in values or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint=param_hint)
+        try:
+            options[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key.strip()] = raw
+    return options

@@ -11,7 +11,8 @@ import numpy as np
 import shapely
 from PIL import Image, ImageDraw, ImageFont
 
-from spacetools.bench.dataset import Sample, decode_mask
+from spacetools.bench.dataset import Sample
+from spacetools.tools.imagecodec import decode_mask
 
 Color = tuple[int, int, int]
 MARKER_RADIUS = 9

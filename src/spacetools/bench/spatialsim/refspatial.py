@@ -7,7 +7,6 @@ from collections import Counter
 
 import numpy as np
 
-from spacetools.bench.dataset import encode_png_data_uri
 from spacetools.bench.spatialsim import templates
 from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question, format_points
@@ -15,6 +14,7 @@ from spacetools.bench.spatialsim.relations import relation_holds
 from spacetools.bench.spatialsim.robospatial import side_phrase
 from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.observation import SIDES
+from spacetools.tools.imagecodec import to_data_url
 from spacetools.tools.referring import interior_point
 
 #: The smallest free-space mask (pixels) worth asking about.
@@ -24,7 +24,7 @@ MIN_PLACEMENT_PIXELS = 400
 def _mask_question(text: str, mask: np.ndarray, qa_type: str, ctx: SceneContext) -> Question:
     return Question(
         text=f"{text} {templates.REF_POINTS_INSTRUCTION}",
-        ground_truth=encode_png_data_uri(mask),
+        ground_truth=to_data_url(mask),
         answer=format_points([interior_point(mask)]),
         qa_type=qa_type,
         image=ctx.view.rgb,
