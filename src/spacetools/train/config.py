@@ -63,3 +63,36 @@ def record_config(config: BaseModel, out: Path, *, resume: bool) -> None:
             raise ValueError(f"{out} holds a run with other settings ({', '.join(changed)}); use a new --out")
         return
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+
+
+class GRPOConfig(BaseModel):
+    """Multi-turn GRPO with live tools: n episodes per prompt, group-normalised advantages, clipped ratio
+    loss on the model's tokens, KL to the starting model. Defaults follow the paper's stage-2 IRL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path = Field(description="the starting model (the SFT output); also the KL reference")
+    data: Path = Field(description="a folder of <key>.parquet in the verl layout")
+    out: Path
+    benches: list[str] | None = None
+    limit: PositiveInt | None = Field(None, description="prompts per benchmark")
+    steps: PositiveInt = 10
+    prompts_per_step: PositiveInt = 4
+    group_size: int = Field(5, ge=2, description="episodes per prompt (GRPO's n)")
+    learning_rate: float = Field(1e-6, gt=0)
+    clip_eps: float = Field(0.2, gt=0)
+    kl_coef: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: PositiveInt = 512
+    max_turns: PositiveInt = 8
+    max_tool_response_chars: PositiveInt = 2048
+    system_prompt: str | None = Field(None, description="a prompt template text ({tools} marks the tools)")
+    toolset: str = "v1"
+    profile: str = "exact"
+    toolshed_url: str | None = None
+    seed: int = Field(0, ge=0)
+    checkpoint_every: PositiveInt = 5
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    gradient_checkpointing: bool = False

@@ -9,6 +9,7 @@ are keyed by task id: run the n samples of a GRPO group as tasks with distinct i
 from __future__ import annotations
 
 import asyncio
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ class _Episode:
     tokenizer: ProcessorTokenizer
     images_seen: int  # conversation images already handed to the tokenizer
     messages_seen: int  # chat messages already in the trace
+    turns: int = 0
 
 
 class TracingPolicy:
@@ -51,6 +53,9 @@ class TracingPolicy:
         self.native_tool_role = "<tool_response>" in str(processor.chat_template or "")
         self._episodes: dict[str, _Episode] = {}
         self._lock = asyncio.Lock()  # one model: turns are generated one at a time
+        # Each turn samples from its own seed (this, the episode id, the turn), so the tokens do not depend on
+        # the order in which concurrent episodes reach the model: a resumed run samples what an unbroken one did.
+        self.seed = 0
 
     async def act(self, state: EpisodeState) -> str:
         ordered: list[np.ndarray] = []
@@ -72,7 +77,7 @@ class TracingPolicy:
             episode.chat.add_messages(chat[episode.messages_seen :])
             episode.images_seen = len(ordered)
         async with self._lock:
-            ids, logprobs = await asyncio.to_thread(self._sample, episode)
+            ids, logprobs = await asyncio.to_thread(self._sample, state.task.id, episode)
         text = episode.chat.add_generation(ids, logprobs)
         episode.messages_seen = len(chat) + 1  # the conversation so far and the turn just sampled
         return text
@@ -93,7 +98,9 @@ class TracingPolicy:
         self._episodes.clear()
 
     @torch.no_grad()
-    def _sample(self, episode: _Episode) -> tuple[list[int], list[float]]:
+    def _sample(self, episode_id: str, episode: _Episode) -> tuple[list[int], list[float]]:
+        torch.manual_seed(zlib.crc32(f"{self.seed}/{episode_id}/{episode.turns}".encode()))
+        episode.turns += 1
         ids = torch.tensor([episode.chat.trace.ids], device=self.device)  # (1, T)
         vision = {k: v.to(self.device) for k, v in join_vision(episode.tokenizer.vision_inputs).items()}
         out = self.model.generate(

@@ -11,22 +11,26 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from spacetools.agent.policies.hf import load_processor
 from spacetools.tools import imagecodec
+from spacetools.train.checkpoint import (
+    METRICS_FILE,
+    MODEL_DIR,
+    load_checkpoint,
+    publish_model,
+    save_checkpoint,
+    step_batches,
+    truncate_metrics,
+)
 from spacetools.train.config import SFTConfig, record_config
 from spacetools.train.episodes import Example, encode_episode, forward_logprobs
 
 CHECKPOINT_DIR = "checkpoint"
-METRICS_FILE = "metrics.jsonl"
-MODEL_DIR = "model"
 
 
 def read_traces(path: Path) -> list[dict[str, Any]]:
@@ -49,18 +53,6 @@ def episode_loss(model: Any, example: Example, device: str) -> tuple[torch.Tenso
     return -(logp * mask).sum(), int(mask.sum())
 
 
-def batches(
-    order_seed: int, size: int, batch_size: int, start_step: int, total_steps: int
-) -> Iterator[list[int]]:
-    """Example indices of each optimiser step from `start_step` on: a fresh seeded permutation per epoch,
-    so the data position of a resumed run is a function of the step alone."""
-    steps_per_epoch = math.ceil(size / batch_size)
-    for step in range(start_step, total_steps):
-        epoch, position = divmod(step, steps_per_epoch)
-        order = np.random.default_rng([order_seed, epoch]).permutation(size)
-        yield order[position * batch_size : (position + 1) * batch_size].tolist()
-
-
 def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -> Path:
     """Run (or continue) SFT; returns the folder of the trained model (`<out>/model`)."""
     from transformers import AutoModelForImageTextToText, get_cosine_schedule_with_warmup
@@ -79,8 +71,8 @@ def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -
         raise ValueError(f"{config.data}: no episode fits in {config.max_tokens} tokens")
 
     checkpoint = config.out / CHECKPOINT_DIR
-    _recover_checkpoint(checkpoint)
-    model_path = checkpoint / MODEL_DIR if resume and (checkpoint / "trainer.pt").is_file() else config.model
+    state = load_checkpoint(checkpoint) if resume else None
+    model_path = checkpoint / MODEL_DIR if state is not None else config.model
     model: Any = AutoModelForImageTextToText.from_pretrained(
         model_path, dtype=getattr(torch, config.dtype), local_files_only=True
     )
@@ -100,18 +92,17 @@ def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -
     )
 
     start_step = 0
-    if model_path != config.model:
-        state = torch.load(checkpoint / "trainer.pt", weights_only=False)
+    if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         start_step = state["step"]
     metrics_path = config.out / METRICS_FILE
-    _truncate_metrics(metrics_path, start_step)
+    truncate_metrics(metrics_path, start_step)
 
     with metrics_path.open("a", encoding="utf-8") as metrics:
         for step, indices in enumerate(
-            batches(config.seed, len(examples), config.batch_size, start_step, total_steps), start_step
+            step_batches(config.seed, len(examples), config.batch_size, start_step, total_steps), start_step
         ):
             tokens = sum(int(examples[i].mask.sum()) for i in indices)
             total = 0.0
@@ -136,58 +127,6 @@ def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -
             if progress is not None:
                 progress(step + 1, total_steps, row)
             if (step + 1) % config.checkpoint_every == 0 or step + 1 == total_steps:
-                _save_checkpoint(model, processor, optimizer, scheduler, step + 1, checkpoint)
-
-    final = config.out / MODEL_DIR
-    if final.exists():
-        shutil.rmtree(final)
-    shutil.copytree(checkpoint / MODEL_DIR, final)
-    return final
-
-
-def _save_checkpoint(
-    model: Any, processor: Any, optimizer: Any, scheduler: Any, step: int, path: Path
-) -> None:
-    """Write the checkpoint beside the old one, then swap: a kill leaves one whole checkpoint."""
-    staging = path.with_name(path.name + ".staging")
-    if staging.exists():
-        shutil.rmtree(staging)
-    model.save_pretrained(staging / MODEL_DIR)
-    processor.save_pretrained(staging / MODEL_DIR)
-    torch.save(
-        {
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "step": step,
-        },
-        staging / "trainer.pt",
-    )
-    retired = path.with_name(path.name + ".old")
-    if path.exists():
-        path.rename(retired)
-    staging.rename(path)
-    if retired.exists():
-        shutil.rmtree(retired)
-
-
-def _recover_checkpoint(path: Path) -> None:
-    """Finish a swap that a kill interrupted: the retired checkpoint is whole, the staging one may not be."""
-    retired = path.with_name(path.name + ".old")
-    if not path.exists() and retired.exists():
-        retired.rename(path)
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Keep the metric rows up to the checkpoint a run resumes from (and drop a torn last line)."""
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if row.get("step", 0) <= step:
-            kept.append(line)
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+                trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+                save_checkpoint(checkpoint, model, processor, {**trainer_state, "step": step + 1})
+    return publish_model(checkpoint, config.out)
