@@ -96,3 +96,29 @@ class GRPOConfig(BaseModel):
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
+
+
+class TracesConfig(BaseModel):
+    """Teacher traces for SFT: run a teacher with live tools, keep its correct, tool-measured episodes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    teacher: str = Field(
+        "scripted", description="a policy name (scripted, openai, hf) or a local model folder"
+    )
+    teacher_options: dict[str, Any] = Field(default_factory=dict)
+    data: Path
+    out: Path = Field(description="the SFT data set to write (JSONL)")
+    benches: list[str] | None = None
+    limit: PositiveInt | None = None
+    min_score_exact: float = Field(1.0, description="kept when scored at least this (yes/no, choices)")
+    min_score_graded: float = Field(0.5, description="kept when scored at least this (points, boxes, grasps)")
+    min_score_by_family: dict[str, float] = Field(default_factory=dict, description="overrides per family")
+    toolset: str = "v1"
+    profile: str = "exact"
+    toolshed_url: str | None = None
+    seed: int = Field(0, ge=0)
+    max_turns: PositiveInt = 8
+    max_tool_response_chars: PositiveInt = 2048
+    system_prompt: str | None = None
+    concurrency: PositiveInt = 8

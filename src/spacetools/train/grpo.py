@@ -39,7 +39,7 @@ from spacetools.train.checkpoint import (
     step_batches,
     truncate_metrics,
 )
-from spacetools.train.config import GRPOConfig, record_config
+from spacetools.train.config import GRPOConfig, TracesConfig, record_config
 from spacetools.train.episodes import forward_logprobs
 from spacetools.train.objectives import group_advantages, grpo_loss
 from spacetools.train.sampler import TracingPolicy
@@ -63,7 +63,7 @@ def load_model(path: Path, config: GRPOConfig, *, trainable: bool) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def tool_provider(config: GRPOConfig) -> AsyncIterator[ToolProvider]:
+async def tool_provider(config: GRPOConfig | TracesConfig) -> AsyncIterator[ToolProvider]:
     """The Toolshed the episodes call: a server when `toolshed_url` is set, else one in this process."""
     tools: Any = (
         RemoteToolshed(config.toolshed_url)
