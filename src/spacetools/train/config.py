@@ -122,3 +122,55 @@ class TracesConfig(BaseModel):
     max_tool_response_chars: PositiveInt = 2048
     system_prompt: str | None = None
     concurrency: PositiveInt = 8
+
+
+class TinyModelConfig(BaseModel):
+    """The locally built base model of `dirl-tiny` (random weights, tokenizer trained on the traces)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vocab_size: PositiveInt = 2048
+    hidden_size: PositiveInt = 64
+    layers: PositiveInt = 2
+    heads: PositiveInt = 4
+    max_pixels: PositiveInt = 224 * 168
+
+
+class DataConfig(BaseModel):
+    """SpatialSim sets generated into the run folder (training and held-out, on different seeds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    train_n: PositiveInt = 24
+    train_seed: int = Field(100, ge=0)
+    eval_n: PositiveInt = 8
+    eval_seed: int = Field(200, ge=0)
+    families: list[str] | None = None
+
+
+class DIRLConfig(BaseModel):
+    """The whole DIRL recipe: teacher traces, SFT, GRPO with live tools, an evaluation after each stage.
+
+    Stage settings are partial configs of the stage objects (paths are filled in by the recipe).
+    `base_model` is a local model folder, or `tiny` to build one. The teaching phase mixes traces of the
+    IRL teacher (the base model after stage-1 GRPO with one pointing tool) and of the universal teacher at
+    `mix` (the paper: 1:3).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_model: str = "tiny"
+    tiny: TinyModelConfig = Field(default_factory=lambda: TinyModelConfig())
+    data: DataConfig = Field(default_factory=lambda: DataConfig())
+    system_prompt: str | None = Field(None, description="prompt template text for every stage")
+    universal_teacher: dict[str, Any] = Field(default_factory=lambda: {"teacher": "scripted"})
+    irl: dict[str, Any] = Field(default_factory=dict, description="stage-1 GRPO settings (IRL teacher)")
+    irl_toolset: str = "pointing"
+    irl_families: list[str] = Field(default_factory=lambda: ["robospatial"])
+    mix: dict[str, float] = Field(default_factory=lambda: {"irl": 1.0, "universal": 3.0})
+    sft: dict[str, Any] = Field(default_factory=dict)
+    grpo: dict[str, Any] = Field(default_factory=dict)
+    eval_limit: PositiveInt | None = None
+    profile: str = "exact"
+    seed: int = Field(0, ge=0)
+    device: str = "cpu"
