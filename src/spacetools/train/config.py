@@ -142,9 +142,9 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     train_n: PositiveInt = 24
-    train_seed: int = Field(100, ge=0)
+    train_seed: int = Field(default=100, ge=0)
     eval_n: PositiveInt = 8
-    eval_seed: int = Field(200, ge=0)
+    eval_seed: int = Field(default=200, ge=0)
     families: list[str] | None = None
 
 
