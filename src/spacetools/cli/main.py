@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from spacetools.cli import data, demo, eval, serve, tools
+from spacetools.cli import data, demo, eval, serve, tools, train
 
 
 class OneLineErrors(TyperGroup):
@@ -59,6 +59,7 @@ app = typer.Typer(
 app.add_typer(data.app, name="data", help="Generate and inspect SpatialSim benchmark sets.")
 app.add_typer(tools.app, name="tools", help="List, describe and run Toolshed tools.")
 app.add_typer(eval.app, name="eval", help="Evaluate a policy on benchmarks with live tools.")
+app.add_typer(train.app, name="train", help="DIRL training: teacher traces, SFT, GRPO with live tools.")
 app.command(name="demo")(demo.demo)
 app.command(name="serve", help="Serve a tool set over HTTP.")(serve.serve)
 
