@@ -1,0 +1,155 @@
+"""`spacetools train`: teacher traces, SFT, GRPO with live tools, and the whole DIRL recipe.
+
+Each command takes a YAML config (`--config`) of its stage object and the few options a user sets most;
+options given on the command line win over the file. The config the run used is written into `--out`,
+and rerunning the same command into the same folder continues the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from spacetools.cli.options import check_out_folder
+from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, TracesConfig, load_config
+
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+CONFIG_HELP = "A YAML file of settings; options given here win over it."
+
+
+def _config(cls: type[Any], path: Path | None, **overrides: Any) -> Any:
+    """Load and validate a stage config, turning every problem into one clear line (exit 2)."""
+    try:
+        return load_config(cls, path, **overrides)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in error.errors()
+        )
+        raise typer.BadParameter(problems, param_hint="--config") from None
+    except (OSError, ValueError) as error:
+        raise typer.BadParameter(str(error), param_hint="--config") from None
+
+
+def _run(work: Any) -> Any:
+    try:
+        return work()
+    except ValueError as error:  # settings that only the run itself can check (a changed resume, no data)
+        raise typer.BadParameter(str(error)) from None
+
+
+@app.command()
+def traces(
+    data: Path = typer.Option(..., "--data", exists=True, help="Folder of <key>.parquet questions."),
+    out: Path = typer.Option(..., "--out", help="The SFT data set to write (JSONL)."),
+    teacher: str = typer.Option("scripted", "--teacher", help="scripted, openai, hf, or a model folder."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Questions per benchmark."),
+) -> None:
+    """Run a teacher with live tools; keep its correct episodes as multi-turn SFT data."""
+    from spacetools.train.traces import collect_traces
+
+    check_out_folder(out.parent)
+    settings = _config(TracesConfig, config, data=data, out=out, teacher=teacher, limit=limit)
+    counts = _run(lambda: collect_traces(settings))
+    table = Table("family", "kept", "wrong", "fallback guess", "no answer", "error", title=f"traces: {out}")
+    for family, count in counts.items():
+        table.add_row(
+            family, *(str(count.get(k, 0)) for k in ("kept", "wrong", "fallback guess", "no answer", "error"))
+        )
+    Console().print(table)
+
+
+@app.command()
+def mix(
+    source: list[str] = typer.Option(
+        ..., "--source", help="PATH=WEIGHT, e.g. irl.jsonl=1 universal.jsonl=3."
+    ),
+    out: Path = typer.Option(..., "--out", help="The mixed SFT data set (JSONL)."),
+    seed: int = typer.Option(0, "--seed", min=0),
+) -> None:
+    """Mix SFT data sets at the given weights (the paper: IRL teacher 1 to universal teacher 3)."""
+    from spacetools.train.traces import mix_traces
+
+    sources: dict[Path, float] = {}
+    for item in source:
+        path, sep, weight = item.rpartition("=")
+        try:
+            sources[Path(path)] = float(weight)
+        except ValueError:
+            raise typer.BadParameter(f"{item!r} is not PATH=WEIGHT", param_hint="--source") from None
+        if not sep or not Path(path).is_file():
+            raise typer.BadParameter(f"{path or item!r} is not a file", param_hint="--source")
+    taken = _run(lambda: mix_traces(sources, check_out_folder(out.parent) / out.name, seed=seed))
+    for path, count in taken.items():
+        typer.echo(f"{count:6d} rows from {path}")
+
+
+@app.command()
+def sft(
+    model: Path = typer.Option(..., "--model", exists=True, file_okay=False, help="The model folder."),
+    data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="SFT data (JSONL)."),
+    out: Path = typer.Option(..., "--out", help="Run folder: checkpoints, metrics, the trained model."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
+) -> None:
+    """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only); resumable."""
+    from spacetools.train.sft import train_sft
+
+    settings = _config(SFTConfig, config, model=model, data=data, out=check_out_folder(out))
+    typer.echo(f"trained model: {_run(lambda: train_sft(settings, progress=_progress('sft')))}")
+
+
+@app.command()
+def grpo(
+    model: Path = typer.Option(
+        ..., "--model", exists=True, file_okay=False, help="The starting model (SFT)."
+    ),
+    data: Path = typer.Option(..., "--data", exists=True, help="Folder of <key>.parquet questions."),
+    out: Path = typer.Option(..., "--out", help="Run folder: checkpoints, metrics, the trained model."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
+    toolshed_url: str | None = typer.Option(None, "--toolshed-url", help="A running Toolshed server."),
+) -> None:
+    """Multi-turn GRPO with live tools; resumable."""
+    from spacetools.train.grpo import train_grpo
+
+    settings = _config(
+        GRPOConfig, config, model=model, data=data, out=check_out_folder(out), toolshed_url=toolshed_url
+    )
+    typer.echo(f"trained model: {_run(lambda: train_grpo(settings, progress=_progress('grpo')))}")
+
+
+@app.command()
+def dirl(
+    config: Path = typer.Option(
+        ..., "--config", exists=True, dir_okay=False, help="e.g. configs/dirl-tiny.yaml"
+    ),
+    out: Path = typer.Option(..., "--out", help="Run folder; rerun the same command to continue it."),
+) -> None:
+    """The whole DIRL recipe: traces, SFT, GRPO with live tools, an evaluation after each stage."""
+    from spacetools.bench.summary import format_metrics
+    from spacetools.train.dirl import run_dirl
+
+    settings = _config(DIRLConfig, config)
+    summaries = _run(lambda: run_dirl(settings, check_out_folder(out), report=typer.echo))
+    table = Table("benchmark", *summaries, title=f"DIRL: evaluation after each stage ({out})")
+    keys = sorted({key for summary in summaries.values() for key in summary.benchmarks})
+    for key in keys:
+        cells = [
+            format_metrics(s.benchmarks[key].metrics) if key in s.benchmarks else ""
+            for s in summaries.values()
+        ]
+        table.add_row(key, *cells)
+    Console().print(table)
+    typer.echo(f"plots: {out}/*.png  TensorBoard: {out}/tensorboard")
+
+
+def _progress(stage: str) -> Any:
+    def show(step: int, total: int, row: dict[str, Any]) -> None:
+        figures = ", ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float))
+        typer.echo(f"[{stage}] step {step}/{total}: {figures}")
+
+    return show

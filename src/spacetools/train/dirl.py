@@ -1,0 +1,210 @@
+"""DIRL, the whole recipe in one resumable run: data, teachers, SFT, GRPO, and an evaluation after each stage.
+
+Stages run in order and each leaves a `DONE` marker in its folder; a rerun of the same command skips the
+finished stages and continues the unfinished one from its checkpoint (SFT and GRPO resume exactly), so a
+run killed with -9 anywhere ends with the same results as an unbroken one.
+
+    data → universal traces → base model → eval(base) → stage-1 GRPO (one pointing tool: the IRL
+    teacher) → IRL traces → mix → SFT → eval(sft) → stage-2 GRPO (all tools) → eval(dirl) → table, plots
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spacetools.agent.protocol import build_system_prompt
+from spacetools.bench.evaluate import EvalConfig, evaluate_async
+from spacetools.bench.spatialsim.generator import export
+from spacetools.bench.summary import Summary
+from spacetools.toolshed.shed import Toolshed
+from spacetools.toolshed.toolsets import get_toolset
+from spacetools.train.checkpoint import METRICS_FILE
+from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, TracesConfig, record_config
+from spacetools.train.grpo import train_grpo_async
+from spacetools.train.plots import export_tensorboard, plot_stage
+from spacetools.train.sft import train_sft
+from spacetools.train.tiny import build_tiny_vlm
+from spacetools.train.traces import collect_traces_async, mix_traces
+
+DONE = "DONE"
+Report = Callable[[str], None]
+
+
+class DIRLRun:
+    """One DIRL run folder; `run()` does what is left to do."""
+
+    def __init__(self, config: DIRLConfig, out: Path, report: Report = print) -> None:
+        self.config = config
+        self.out = out
+        self.report = report
+
+    def stage_dir(self, name: str) -> Path:
+        return self.out / name
+
+    async def stage(self, name: str, work: Callable[[Path], Any]) -> None:
+        """Run `work(folder)` unless the stage finished before; mark it done after."""
+        folder = self.stage_dir(name)
+        if (folder / DONE).is_file():
+            self.report(f"[{name}] done before, skipped")
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        self.report(f"[{name}] …")
+        result = work(folder)
+        if asyncio.iscoroutine(result):
+            await result
+        (folder / DONE).write_text("", encoding="utf-8")
+
+    # The data sets and paths every stage shares.
+    @property
+    def train_data(self) -> Path:
+        return self.stage_dir("data") / "train"
+
+    @property
+    def eval_data(self) -> Path:
+        return self.stage_dir("data") / "eval"
+
+    @property
+    def base_model(self) -> Path:
+        return Path(self.config.base_model) if self.config.base_model != "tiny" else self.stage_dir("base")
+
+    async def run(self) -> dict[str, Summary]:
+        config = self.config
+        record_config(config, self.out, resume=True)
+        families = config.data.families
+        await self.stage("data", lambda folder: self._data(folder, families))
+        await self.stage("traces_universal", self._universal_traces)
+        if config.base_model == "tiny":
+            await self.stage("base", self._tiny_base)
+        await self.stage("eval_base", lambda folder: self._evaluate(self.base_model, folder))
+        await self.stage("irl_teacher", self._irl_teacher)
+        await self.stage("traces_irl", self._irl_traces)
+        await self.stage("traces_mix", self._mix)
+        await self.stage("sft", self._sft)
+        await self.stage("eval_sft", lambda folder: self._evaluate(self.stage_dir("sft") / "model", folder))
+        await self.stage("grpo", self._grpo)
+        await self.stage("eval_dirl", lambda folder: self._evaluate(self.stage_dir("grpo") / "model", folder))
+        for stage in ("irl_teacher", "sft", "grpo"):
+            metrics = self.stage_dir(stage) / METRICS_FILE
+            plot_stage(metrics, self.out / f"{stage}.png", f"{stage} ({self.out.name})")
+            export_tensorboard(metrics, self.out / "tensorboard" / stage)
+        return {
+            stage: Summary.load(self.stage_dir(stage) / "summary.json")
+            for stage in ("eval_base", "eval_sft", "eval_dirl")
+        }
+
+    def _data(self, folder: Path, families: list[str] | None) -> None:
+        data = self.config.data
+        export(folder / "train", data.train_n, data.train_seed, families)
+        export(folder / "eval", data.eval_n, data.eval_seed, families)
+
+    def _traces_config(self, teacher: dict[str, Any], out: Path, **extra: Any) -> TracesConfig:
+        return TracesConfig.model_validate(
+            {
+                "data": self.train_data,
+                "out": out,
+                "profile": self.config.profile,
+                "seed": self.config.seed,
+                "system_prompt": self.config.system_prompt,
+                **teacher,
+                **extra,
+            }
+        )
+
+    async def _universal_traces(self, folder: Path) -> None:
+        config = self._traces_config(self.config.universal_teacher, folder / "traces.jsonl")
+        counts = await collect_traces_async(config)
+        (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
+
+    def _tiny_base(self, folder: Path) -> None:
+        """The tiny base model, its tokenizer trained on the prompt and the universal teacher's traces."""
+        specs = Toolshed(get_toolset("v1")).specs()
+        prompt = build_system_prompt(specs, self.config.system_prompt)
+        rows = (self.stage_dir("traces_universal") / "traces.jsonl").read_text(encoding="utf-8").splitlines()
+        texts = [prompt] + [
+            part if isinstance(part, str) else json.dumps(part)
+            for row in rows
+            for message in json.loads(row)["messages"]
+            for part in [message.get("content")]
+        ]
+        tiny = self.config.tiny
+        build_tiny_vlm(folder, texts, **tiny.model_dump(), seed=self.config.seed)
+
+    async def _evaluate(self, model: Path, folder: Path) -> None:
+        from spacetools.agent.policies import make_policy
+
+        policy = make_policy("hf", model_path=str(model), device=self.config.device)
+        config = EvalConfig(
+            data=self.eval_data,
+            out=folder,
+            limit=self.config.eval_limit,
+            policy="hf",
+            profile=self.config.profile,
+            seed=self.config.seed,
+            report=True,
+        )
+        summary = await evaluate_async(policy, config=config)
+        summary.save(folder / "summary.json")
+
+    def _grpo_config(self, settings: dict[str, Any], model: Path, out: Path, **extra: Any) -> GRPOConfig:
+        return GRPOConfig.model_validate(
+            {
+                "model": model,
+                "data": self.train_data,
+                "out": out,
+                "profile": self.config.profile,
+                "seed": self.config.seed,
+                "device": self.config.device,
+                "system_prompt": self.config.system_prompt,
+                **settings,
+                **extra,
+            }
+        )
+
+    async def _irl_teacher(self, folder: Path) -> None:
+        benches = [f"spatialsim_{family}" for family in self.config.irl_families]
+        config = self._grpo_config(
+            self.config.irl, self.base_model, folder, toolset=self.config.irl_toolset, benches=benches
+        )
+        await train_grpo_async(config)
+
+    async def _irl_traces(self, folder: Path) -> None:
+        teacher = {"teacher": str(self.stage_dir("irl_teacher") / "model")}
+        config = self._traces_config(teacher, folder / "traces.jsonl")
+        counts = await collect_traces_async(config)
+        (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
+
+    def _mix(self, folder: Path) -> None:
+        sources = {
+            self.stage_dir(f"traces_{name}") / "traces.jsonl": weight
+            for name, weight in self.config.mix.items()
+        }
+        taken = mix_traces(sources, folder / "traces.jsonl", seed=self.config.seed)
+        (folder / "taken.json").write_text(json.dumps(taken, indent=2) + "\n", encoding="utf-8")
+
+    def _sft(self, folder: Path) -> None:
+        settings = {"seed": self.config.seed, "device": self.config.device, **self.config.sft}
+        config = SFTConfig.model_validate(
+            {
+                "model": self.base_model,
+                "data": self.stage_dir("traces_mix") / "traces.jsonl",
+                "out": folder,
+                **settings,
+            }
+        )
+        train_sft(config)
+
+    async def _grpo(self, folder: Path) -> None:
+        config = self._grpo_config(self.config.grpo, self.stage_dir("sft") / "model", folder)
+        await train_grpo_async(config)
+
+
+def run_dirl(config: DIRLConfig, out: Path, report: Report = print) -> dict[str, Summary]:
+    """Run (or continue) DIRL into `out`; returns the evaluation summary after each stage."""
+    # Held-out questions must not be the training questions.
+    if config.data.train_seed == config.data.eval_seed:
+        raise ValueError("data.train_seed and data.eval_seed must differ (held-out questions)")
+    return asyncio.run(DIRLRun(config, out, report).run())

@@ -1,0 +1,217 @@
+"""Stage 2 of DIRL: multi-turn GRPO with live tools, readable top to bottom.
+
+Per step: take `prompts_per_step` questions, run `group_size` episodes of each through the project's own
+rollout against a Toolshed (tools live, in-process or a remote server), reward each episode with
+`compute_score`, normalise rewards within each group, and take one clipped policy-gradient step on the
+model's own tokens, with a KL penalty to the starting (SFT) model. The trainer never sees tool internals:
+it reads the token-exact episodes the `TracingPolicy` recorded and the rollout's scores.
+
+Shapes: `B = prompts_per_step * group_size` episodes per step, each `(1, T_i)` tokens (processed one at a
+time, so no padding); `rewards (B,)`, `advantages (B,)`; `logp`, `old_logp`, `ref_logp`, `mask (1, T_i)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from spacetools.agent.policies.hf import load_processor
+from spacetools.agent.rollout import RolloutConfig, run_episodes
+from spacetools.agent.toolprovider import ToolProvider
+from spacetools.agent.types import Trajectory
+from spacetools.bench.evaluate import episode_input, load_samples
+from spacetools.toolshed.client import RemoteToolshed
+from spacetools.toolshed.shed import Toolshed
+from spacetools.train.checkpoint import (
+    METRICS_FILE,
+    MODEL_DIR,
+    load_checkpoint,
+    publish_model,
+    save_checkpoint,
+    step_batches,
+    truncate_metrics,
+)
+from spacetools.train.config import GRPOConfig, TracesConfig, record_config
+from spacetools.train.episodes import forward_logprobs
+from spacetools.train.objectives import group_advantages, grpo_loss
+from spacetools.train.sampler import TracingPolicy
+
+CHECKPOINT_DIR = "checkpoint"
+Progress = Callable[[int, int, dict[str, Any]], None]
+
+
+def load_model(path: Path, config: GRPOConfig, *, trainable: bool) -> Any:
+    from transformers import AutoModelForImageTextToText
+
+    model: Any = AutoModelForImageTextToText.from_pretrained(
+        path, dtype=getattr(torch, config.dtype), local_files_only=True
+    )
+    model.to(config.device)
+    if not trainable:
+        model.requires_grad_(False).eval()
+    elif config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model
+
+
+@contextlib.asynccontextmanager
+async def tool_provider(config: GRPOConfig | TracesConfig) -> AsyncIterator[ToolProvider]:
+    """The Toolshed the episodes call: a server when `toolshed_url` is set, else one in this process."""
+    tools: Any = (
+        RemoteToolshed(config.toolshed_url)
+        if config.toolshed_url
+        else Toolshed(config.toolset, profile=config.profile, seed=config.seed)
+    )
+    async with tools:
+        yield tools
+
+
+def step_metrics(trajectories: list[Trajectory], rewards: torch.Tensor, group_size: int) -> dict[str, Any]:
+    """What a researcher watches per step: reward mean and spread, tool use, and how episodes ended."""
+    calls = [len(t.tool_calls) for t in trajectories]
+    errors = sum(t.parse_errors for t in trajectories)
+    turns = sum(t.turns for t in trajectories)
+    return {
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "reward_group_std": float(rewards.view(-1, group_size).std(dim=1).mean()),
+        "calls_per_episode": float(np.mean(calls)),
+        "valid_turn_rate": 1.0 - errors / max(turns, 1),
+        "answered_rate": float(np.mean([t.answer is not None for t in trajectories])),
+        "tool_time_s": float(sum(c.latency_s for t in trajectories for c in t.tool_calls)),
+    }
+
+
+async def train_grpo_async(
+    config: GRPOConfig,
+    *,
+    resume: bool = True,
+    progress: Progress | None = None,
+    tools: ToolProvider | None = None,
+) -> Path:
+    """Run (or continue) GRPO; returns the folder of the trained model (`<out>/model`).
+
+    `tools`: a started Toolshed (or client) to call instead of the one the config describes.
+    """
+    record_config(config, config.out, resume=resume)
+    torch.manual_seed(config.seed)
+    samples = list(load_samples(config.data, config.benches, config.limit).items())
+    processor = load_processor(config.model)
+    checkpoint = config.out / CHECKPOINT_DIR
+    state = load_checkpoint(checkpoint) if resume else None
+    model = load_model(checkpoint / MODEL_DIR if state else config.model, config, trainable=True)
+    reference = load_model(config.model, config, trainable=False) if config.kl_coef > 0 else None
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.0)
+    start_step = 0
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        start_step = state["step"]
+    metrics_path = config.out / METRICS_FILE
+    truncate_metrics(metrics_path, start_step)
+    policy = TracingPolicy(
+        model,
+        processor,
+        temperature=config.temperature,
+        max_new_tokens=config.max_new_tokens,
+        device=config.device,
+    )
+    rollout = RolloutConfig(
+        max_turns=config.max_turns,
+        max_tool_response_chars=config.max_tool_response_chars,
+        system_prompt=config.system_prompt,
+        concurrency=config.prompts_per_step * config.group_size,
+    )
+    n = config.group_size
+
+    async with contextlib.AsyncExitStack() as stack:
+        if tools is None:
+            tools = await stack.enter_async_context(tool_provider(config))
+        with metrics_path.open("a", encoding="utf-8") as metrics:
+            batches = step_batches(
+                config.seed, len(samples), config.prompts_per_step, start_step, config.steps
+            )
+            for step, indices in enumerate(batches, start_step):
+                # 1. Generate: n episodes per prompt with live tools (the sampling RNG is part of the checkpoint).
+                started = time.perf_counter()
+                inputs = [
+                    episode_input(samples[i][1], f"{samples[i][0]}#{k}") for i in indices for k in range(n)
+                ]
+                model.eval()
+                policy.seed = config.seed * 1_000_003 + step
+                trajectories = await run_episodes(policy, tools, inputs, config=rollout)
+                generated = time.perf_counter()
+
+                # 2. Reward and advantages: rewards (B,) -> advantages (B,), normalised within each group.
+                rewards = torch.tensor([float((t.score or {}).get("score", 0.0)) for t in trajectories])
+                advantages = group_advantages(rewards, n)
+
+                # 3. One policy-gradient step, token-mean over the batch, one episode at a time.
+                model.train()
+                examples = [policy.example(t.task_id) for t in trajectories]
+                tokens = sum(int(e.mask.sum()) for e in examples)
+                kl = clip = policy_loss = 0.0
+                for example, advantage in zip(examples, advantages, strict=True):
+                    mask = example.mask.unsqueeze(0).to(config.device)  # (1, T)
+                    logp = forward_logprobs(model, example, config.device)  # (1, T)
+                    assert example.logprobs is not None
+                    old_logp = example.logprobs.unsqueeze(0).to(config.device)  # (1, T)
+                    ref_logp = None
+                    if reference is not None:
+                        with torch.no_grad():
+                            ref_logp = forward_logprobs(reference, example, config.device)  # (1, T)
+                    out = grpo_loss(
+                        logp,
+                        old_logp,
+                        ref_logp,
+                        advantage.view(1),
+                        mask,
+                        clip_eps=config.clip_eps,
+                        kl_coef=config.kl_coef,
+                    )
+                    weight = int(mask.sum()) / max(tokens, 1)
+                    (out.loss * weight).backward()
+                    kl += out.kl * weight
+                    clip += out.clip_fraction * weight
+                    policy_loss += out.policy_loss * weight
+                grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                policy.forget()
+                updated = time.perf_counter()
+
+                row = {
+                    "stage": "grpo",
+                    "step": step + 1,
+                    **step_metrics(trajectories, rewards, n),
+                    "policy_loss": policy_loss,
+                    "kl": kl,
+                    "clip_fraction": clip,
+                    "grad_norm": float(grad_norm),
+                    "model_tokens": tokens,
+                    "generation_s": generated - started,
+                    "update_s": updated - generated,
+                }
+                metrics.write(json.dumps(row) + "\n")
+                metrics.flush()
+                if progress is not None:
+                    progress(step + 1, config.steps, row)
+                if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                    save_checkpoint(
+                        checkpoint, model, processor, {"optimizer": optimizer.state_dict(), "step": step + 1}
+                    )
+    return publish_model(checkpoint, config.out)
+
+
+def train_grpo(config: GRPOConfig, *, resume: bool = True, progress: Progress | None = None) -> Path:
+    """`train_grpo_async` with the Toolshed the config describes."""
+    return asyncio.run(train_grpo_async(config, resume=resume, progress=progress))

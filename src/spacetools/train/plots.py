@@ -1,0 +1,56 @@
+"""What a researcher looks at after a run: reward and loss curves as PNG, and the metrics in TensorBoard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+CURVES = {"sft": ("loss",), "grpo": ("reward_mean", "policy_loss", "kl", "calls_per_episode")}
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of a `metrics.jsonl` (a torn last line is skipped)."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def plot_stage(metrics: Path, out: Path, title: str) -> Path | None:
+    """One PNG with a panel per curve of the stage's metrics; None when there is nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics)
+    if not rows:
+        return None
+    names = [name for name in CURVES.get(rows[0].get("stage", ""), ("loss",)) if name in rows[0]]
+    figure, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3), squeeze=False)
+    steps = [row["step"] for row in rows]
+    for axis, name in zip(axes[0], names, strict=True):
+        axis.plot(steps, [row[name] for row in rows], marker="o", markersize=3)
+        axis.set_title(name)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return out
+
+
+def export_tensorboard(metrics: Path, logdir: Path) -> None:
+    """Write a stage's metric rows as TensorBoard scalars (`<stage>/<name>` per step)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(logdir)) as writer:
+        for row in read_metrics(metrics):
+            for name, value in row.items():
+                if name not in ("stage", "step") and isinstance(value, int | float):
+                    writer.add_scalar(f"{row.get('stage', 'train')}/{name}", value, row["step"])

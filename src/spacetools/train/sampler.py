@@ -1,0 +1,127 @@
+"""A policy that trains: it samples from the model being trained and records every episode token-exactly.
+
+The rollout calls `act` as for any policy; behind it each episode grows its own `ChatTrace` (context
+rendered by the chat template, sampled ids appended as they are, with their sampling log-probabilities),
+so the trainer later reads the exact ids the model produced instead of re-tokenising the text. Episodes
+are keyed by task id: run the n samples of a GRPO group as tasks with distinct ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from spacetools.agent.chat import to_chat_messages
+from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
+from spacetools.agent.types import EpisodeState
+from spacetools.train.episodes import Example, join_vision
+
+
+@dataclass
+class _Episode:
+    chat: ChatTrace
+    tokenizer: ProcessorTokenizer
+    images_seen: int  # conversation images already handed to the tokenizer
+    messages_seen: int  # chat messages already in the trace
+    turns: int = 0
+
+
+class TracingPolicy:
+    """Samples turns from `model` (temperature sampling, no top-k/top-p) and keeps each episode's trace."""
+
+    name = "tracing"
+
+    def __init__(
+        self,
+        model: Any,
+        processor: Any,
+        *,
+        temperature: float = 1.0,
+        max_new_tokens: int = 256,
+        device: str = "cpu",
+    ) -> None:
+        self.model = model
+        self.processor = processor
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.device = device
+        self.native_tool_role = "<tool_response>" in str(processor.chat_template or "")
+        self._episodes: dict[str, _Episode] = {}
+        self._lock = asyncio.Lock()  # one model: turns are generated one at a time
+        # Each turn samples from its own seed (this, the episode id, the turn), so the tokens do not depend on
+        # the order in which concurrent episodes reach the model: a resumed run samples what an unbroken one did.
+        self.seed = 0
+
+    async def act(self, state: EpisodeState) -> str:
+        ordered: list[np.ndarray] = []
+
+        def image_part(index: int) -> dict[str, Any]:
+            ordered.append(state.images[index])
+            return {"type": "image"}
+
+        chat = to_chat_messages(
+            state.messages, len(state.images), image_part, native_tool_role=self.native_tool_role
+        )
+        episode = self._episodes.get(state.task.id)
+        if episode is None:
+            tokenizer = ProcessorTokenizer(self.processor, ordered)
+            episode = _Episode(ChatTrace(tokenizer, chat), tokenizer, len(ordered), len(chat))
+            self._episodes[state.task.id] = episode
+        else:
+            episode.tokenizer.add_images(ordered[episode.images_seen :])
+            episode.chat.add_messages(chat[episode.messages_seen :])
+            episode.images_seen = len(ordered)
+        async with self._lock:
+            ids, logprobs = await asyncio.to_thread(self._sample, state.task.id, episode)
+        text = episode.chat.add_generation(ids, logprobs)
+        episode.messages_seen = len(chat) + 1  # the conversation so far and the turn just sampled
+        return text
+
+    def example(self, episode_id: str) -> Example:
+        """The recorded episode: ids, mask (1 on sampled tokens), pixels and sampling log-probabilities."""
+        episode = self._episodes[episode_id]
+        trace = episode.chat.trace
+        return Example(
+            ids=torch.tensor(trace.ids),
+            mask=torch.tensor(trace.mask),
+            vision=join_vision(episode.tokenizer.vision_inputs),
+            logprobs=torch.tensor(trace.logprobs),
+        )
+
+    def forget(self) -> None:
+        """Drop the recorded episodes (after a training step has used them)."""
+        self._episodes.clear()
+
+    @torch.no_grad()
+    def _sample(self, episode_id: str, episode: _Episode) -> tuple[list[int], list[float]]:
+        torch.manual_seed(zlib.crc32(f"{self.seed}/{episode_id}/{episode.turns}".encode()))
+        episode.turns += 1
+        ids = torch.tensor([episode.chat.trace.ids], device=self.device)  # (1, T)
+        vision = {k: v.to(self.device) for k, v in join_vision(episode.tokenizer.vision_inputs).items()}
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            **vision,
+            do_sample=True,
+            temperature=self.temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=self.max_new_tokens,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+        sampled = out.sequences[0, ids.shape[1] :]  # (N,)
+        scores = torch.stack(out.scores, dim=1)[
+            0
+        ].float()  # (N, V): the temperature-scaled logits sampled from
+        logprobs = torch.log_softmax(scores, dim=-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+        eos = self.processor.tokenizer.eos_token_id
+        keep = len(sampled)
+        if eos is not None and (sampled == eos).any():  # generate pads after the end token
+            keep = int((sampled == eos).nonzero()[0]) + 1
+        return sampled[:keep].tolist(), logprobs[:keep].tolist()

@@ -1,0 +1,130 @@
+"""Teacher traces: the teaching data of DIRL, written as a multi-turn SFT data set with images.
+
+A teacher (the scripted expert, an OpenAI-compatible model, or a local checkpoint) answers the questions
+of a data set with live tools. An episode becomes a training example only when its answer scored at
+least the family's threshold, it ended with an answer, and the teacher did not fall back to a guess
+after a tool failure. `mix_traces` combines sources at a ratio (the paper: 1 IRL-teacher trace to 3
+universal-teacher traces). Rows: `{"id", "data_source", "family", "teacher", "score", "messages",
+"images"}`, images as data URLs; the messages address them by index as in a trajectory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spacetools.agent.policies import make_policy
+from spacetools.agent.policies.scripted import is_fallback
+from spacetools.agent.rollout import RolloutConfig, run_episodes
+from spacetools.agent.types import Policy, Trajectory
+from spacetools.bench.evaluate import episode_input, load_samples
+from spacetools.rewards.benchmarks import benchmark
+from spacetools.tools import imagecodec
+from spacetools.train.config import TracesConfig
+from spacetools.train.grpo import tool_provider
+
+EXACT_KINDS = ("yes_no", "choice")
+
+
+def teacher_policy(config: TracesConfig) -> Policy:
+    """The teacher: a policy by name, or the `hf` policy on a local model folder."""
+    if Path(config.teacher).is_dir():
+        return make_policy("hf", model_path=config.teacher, **config.teacher_options)
+    return make_policy(config.teacher, **config.teacher_options)
+
+
+def min_score(config: TracesConfig, data_source: str, ground_truth: Any) -> float:
+    entry = benchmark(data_source)
+    if entry.family in config.min_score_by_family:
+        return config.min_score_by_family[entry.family]
+    exact = entry.answer_kind(ground_truth) in EXACT_KINDS
+    return config.min_score_exact if exact else config.min_score_graded
+
+
+def rejection(trajectory: Trajectory, threshold: float) -> str | None:
+    """Why an episode is not a training example, or None when it is one."""
+    if trajectory.error is not None:
+        return "error"
+    if trajectory.answer is None:
+        return "no answer"
+    if is_fallback(trajectory):
+        return "fallback guess"
+    if float((trajectory.score or {}).get("score", 0.0)) < threshold:
+        return "wrong"
+    return None
+
+
+def trace_row(trajectory: Trajectory, teacher: str) -> dict[str, Any]:
+    """One SFT example: the conversation and the images its messages show."""
+    shown = [
+        part["index"]
+        for message in trajectory.messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "image"
+    ]
+    count = max(shown, default=-1) + 1
+    return {
+        "id": trajectory.task_id,
+        "data_source": trajectory.data_source,
+        "family": benchmark(trajectory.data_source).family,
+        "teacher": teacher,
+        "score": float((trajectory.score or {}).get("score", 0.0)),
+        "messages": trajectory.messages,
+        "images": [imagecodec.to_data_url(image) for image in trajectory.images[:count]],
+    }
+
+
+async def collect_traces_async(
+    config: TracesConfig, policy: Policy | None = None
+) -> dict[str, dict[str, int]]:
+    """Run the teacher and write the kept episodes to `config.out`; returns counts per family and outcome."""
+    samples = load_samples(config.data, config.benches, config.limit)
+    policy = policy or teacher_policy(config)
+    rollout = RolloutConfig(
+        max_turns=config.max_turns,
+        max_tool_response_chars=config.max_tool_response_chars,
+        system_prompt=config.system_prompt,
+        concurrency=config.concurrency,
+    )
+    inputs = [episode_input(sample, task_id) for task_id, sample in samples.items()]
+    async with tool_provider(config) as tools:
+        trajectories = await run_episodes(policy, tools, inputs, config=rollout)
+    counts: dict[str, Counter[str]] = {}
+    config.out.parent.mkdir(parents=True, exist_ok=True)
+    with config.out.open("w", encoding="utf-8") as handle:
+        for trajectory, sample in zip(trajectories, samples.values(), strict=True):
+            reason = rejection(trajectory, min_score(config, sample.data_source, sample.ground_truth))
+            counts.setdefault(benchmark(sample.data_source).family, Counter())[reason or "kept"] += 1
+            if reason is None:
+                handle.write(json.dumps(trace_row(trajectory, policy.name)) + "\n")
+    return {family: dict(counter) for family, counter in sorted(counts.items())}
+
+
+def collect_traces(config: TracesConfig, policy: Policy | None = None) -> dict[str, dict[str, int]]:
+    return asyncio.run(collect_traces_async(config, policy))
+
+
+def mix_traces(sources: dict[Path, float], out: Path, *, seed: int = 0) -> dict[str, int]:
+    """Mix SFT data sets at the given weights: as many rows as the weights allow without repeating any.
+
+    With weights {irl: 1, universal: 3}, the mix holds k rows of the first and 3k of the second for the
+    largest k both can give; rows are shuffled with `seed`. Returns the rows taken per source.
+    """
+    rows = {path: path.read_text(encoding="utf-8").splitlines() for path in sources}
+    scale = min(len(rows[path]) / weight for path, weight in sources.items() if weight > 0)
+    rng = np.random.default_rng(seed)
+    taken: dict[str, int] = {}
+    mixed: list[str] = []
+    for path, weight in sources.items():
+        count = int(scale * weight)
+        chosen = rng.permutation(len(rows[path]))[:count]
+        mixed.extend(rows[path][i] for i in chosen)
+        taken[str(path)] = count
+    out.write_text("".join(mixed[i] + "\n" for i in rng.permutation(len(mixed))), encoding="utf-8")
+    return taken
