@@ -17,7 +17,7 @@ from tiny_qwen import build_tiny_qwen25_vl
 
 torch = pytest.importorskip("torch")
 
-from spacetools.agent.policies.hf import load_processor  # noqa: E402
+from spacetools.tools.models.runtime import load_processor  # noqa: E402
 from spacetools.train.episodes import forward_logprobs  # noqa: E402
 from spacetools.train.sampler import TracingPolicy  # noqa: E402
 

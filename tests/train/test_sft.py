@@ -13,7 +13,7 @@ from tiny_qwen import build_tiny_qwen25_vl
 
 torch = pytest.importorskip("torch")
 
-from spacetools.agent.policies.hf import load_processor  # noqa: E402
+from spacetools.tools.models.runtime import load_processor  # noqa: E402
 from spacetools.train.config import SFTConfig  # noqa: E402
 from spacetools.train.episodes import encode_episode  # noqa: E402
 from spacetools.train.sft import train_sft  # noqa: E402

@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union
 
 import docstring_parser
 import numpy as np
@@ -148,15 +148,21 @@ class ToolContext:
             )
 
 
-class Variable:
-    """`Variable[T]` marks a parameter that usually receives a `"$name"` reference to a stored T.
+if TYPE_CHECKING:
+    _T = TypeVar("_T")
+    # For the type checker `Variable[T]` is `T` itself: the reference is resolved before the call.
+    Variable = Annotated[_T, "variable"]
+else:
 
-    `numpy.ndarray` parameters are always references; use `Variable[float]` for a scalar that may be
-    written as a literal or as a reference (e.g. `focal_length_px`).
-    """
+    class Variable:
+        """`Variable[T]` marks a parameter that usually receives a `"$name"` reference to a stored T.
 
-    def __class_getitem__(cls, item: Any) -> Any:
-        return typing.Annotated[item, _VARIABLE_MARK]
+        `numpy.ndarray` parameters are always references; use `Variable[float]` for a scalar that may be
+        written as a literal or as a reference (e.g. `focal_length_px`).
+        """
+
+        def __class_getitem__(cls, item: Any) -> Any:
+            return typing.Annotated[item, _VARIABLE_MARK]
 
 
 def tool_method(fn: _F) -> _F:
@@ -363,7 +369,7 @@ def _build_tool_method(name: str, attribute: str, fn: Callable[..., Any]) -> Too
         raise TypeError(f"{name}: the docstring describes arguments it does not take: {sorted(unknown_docs)}")
 
     parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         f"{name.replace('.', '_')}_arguments",
         __config__=ConfigDict(strict=True, extra="forbid", arbitrary_types_allowed=True),
         **fields,
@@ -485,7 +491,7 @@ def _validation_type(hint: Any) -> Any:
         return list[_validation_type(args[0])]  # type: ignore[misc]
     if origin is tuple or base is tuple:
         inner = (
-            tuple[tuple(_validation_type(arg) if arg is not Ellipsis else arg for arg in args)]
+            tuple[tuple(_validation_type(arg) if arg is not Ellipsis else arg for arg in args)]  # type: ignore[misc]
             if args
             else tuple
         )

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from spacetools.agent.policies.hf import load_processor
 from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.toolprovider import ToolProvider
 from spacetools.agent.types import Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
+from spacetools.tools.models.runtime import load_processor
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.shed import Toolshed
 from spacetools.train.checkpoint import (
@@ -134,8 +134,7 @@ async def train_grpo_async(
     n = config.group_size
 
     async with contextlib.AsyncExitStack() as stack:
-        if tools is None:
-            tools = await stack.enter_async_context(tool_provider(config))
+        provider = tools if tools is not None else await stack.enter_async_context(tool_provider(config))
         with metrics_path.open("a", encoding="utf-8") as metrics:
             batches = step_batches(
                 config.seed, len(samples), config.prompts_per_step, start_step, config.steps
@@ -148,7 +147,7 @@ async def train_grpo_async(
                 ]
                 model.eval()
                 policy.seed = config.seed * 1_000_003 + step
-                trajectories = await run_episodes(policy, tools, inputs, config=rollout)
+                trajectories = await run_episodes(policy, provider, inputs, config=rollout)
                 generated = time.perf_counter()
 
                 # 2. Reward and advantages: rewards (B,) -> advantages (B,), normalised within each group.

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from spacetools.agent.policies.hf import load_processor
 from spacetools.tools import imagecodec
+from spacetools.tools.models.runtime import load_processor
 from spacetools.train.checkpoint import (
     METRICS_FILE,
     MODEL_DIR,
