@@ -21,6 +21,7 @@ demo: install
 test: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # The wide random search over hostile model output (tests/fuzz under the fuzz profile, fresh seeds
