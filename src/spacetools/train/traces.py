@@ -11,6 +11,7 @@ universal-teacher traces). Rows: `{"id", "data_source", "family", "teacher", "sc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -25,6 +26,7 @@ from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
 from spacetools.rewards.benchmarks import benchmark
 from spacetools.tools import imagecodec
+from spacetools.toolshed import ToolProvider
 from spacetools.train.config import TracesConfig
 from spacetools.train.grpo import tool_provider
 
@@ -81,9 +83,12 @@ def trace_row(trajectory: Trajectory, teacher: str) -> dict[str, Any]:
 
 
 async def collect_traces_async(
-    config: TracesConfig, policy: Policy | None = None
+    config: TracesConfig, policy: Policy | None = None, tools: ToolProvider | None = None
 ) -> dict[str, dict[str, int]]:
-    """Run the teacher and write the kept episodes to `config.out`; returns counts per family and outcome."""
+    """Run the teacher and write the kept episodes to `config.out`; returns counts per family and outcome.
+
+    `tools`: a started Toolshed (or client) to call instead of the one the config describes.
+    """
     samples = load_samples(config.data, config.benches, config.limit)
     policy = policy or teacher_policy(config)
     rollout = RolloutConfig(
@@ -93,8 +98,9 @@ async def collect_traces_async(
         concurrency=config.concurrency,
     )
     inputs = [episode_input(sample, task_id) for task_id, sample in samples.items()]
-    async with tool_provider(config) as tools:
-        trajectories = await run_episodes(policy, tools, inputs, config=rollout)
+    async with contextlib.AsyncExitStack() as stack:
+        provider = tools if tools is not None else await stack.enter_async_context(tool_provider(config))
+        trajectories = await run_episodes(policy, provider, inputs, config=rollout)
     counts: dict[str, Counter[str]] = {}
     config.out.parent.mkdir(parents=True, exist_ok=True)
     with config.out.open("w", encoding="utf-8") as handle:

@@ -1,0 +1,89 @@
+"""Teacher traces: the scripted expert with live tools, kept when correct, ready for SFT; mixing at a ratio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from spacetools.agent.types import Trajectory
+from spacetools.bench.spatialsim.generator import generate_group, write_families
+from spacetools.toolshed import Toolshed
+from spacetools.toolshed.toolsets import get_toolset
+from spacetools.train.config import TracesConfig
+from spacetools.train.traces import collect_traces_async, mix_traces, rejection
+
+
+def test_the_expert_s_correct_episodes_become_sft_rows(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_families(data, {"cvb3ddepth": generate_group(3, "cvb3ddepth", 0, 3)})
+    config = TracesConfig(data=data, out=tmp_path / "traces.jsonl")
+
+    async def run() -> dict[str, dict[str, int]]:
+        deployments = [d.model_copy(update={"backend": "inprocess"}) for d in get_toolset("v1")]
+        async with Toolshed(deployments) as tools:
+            return await collect_traces_async(config, tools=tools)
+
+    counts = asyncio.run(run())
+    rows = [json.loads(line) for line in config.out.read_text().splitlines()]
+    assert sum(counts["cvb3ddepth"].values()) == 3
+    assert len(rows) == counts["cvb3ddepth"].get("kept", 0) > 0
+    for row in rows:
+        assert row["score"] == 1.0 and row["teacher"] == "scripted" and row["family"] == "cvb3ddepth"
+        roles = [message["role"] for message in row["messages"]]
+        assert roles[:2] == ["system", "user"] and roles[-1] == "assistant" and "tool" in roles
+        assert len(row["images"]) == 1 and row["images"][0].startswith("data:image/png;base64,")
+        assert "scene" not in json.dumps(row["messages"])  # the tools' attachment never reaches the data
+
+
+def _trajectory(**changes: object) -> Trajectory:
+    base = Trajectory(
+        task_id="t",
+        data_source="spatialsim_cvb3ddepth",
+        messages=[{"role": "assistant", "content": "<think>close</think>\n<answer>(A)</answer>"}],
+        tool_calls=[],
+        answer="(A)",
+        turns=1,
+        score={"score": 1.0},
+        parse_errors=0,
+        stats={},
+        wall_s=0.0,
+    )
+    for key, value in changes.items():
+        setattr(base, key, value)
+    return base
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({}, None),
+        ({"score": {"score": 0.0}}, "wrong"),
+        ({"answer": None}, "no answer"),
+        ({"error": "boom"}, "error"),
+        (
+            {
+                "messages": [
+                    {"role": "assistant", "content": "<think>Fallback guess: x</think><answer>(A)</answer>"}
+                ]
+            },
+            "fallback guess",
+        ),
+    ],
+)
+def test_an_episode_is_kept_only_when_correct_answered_and_measured(
+    changes: dict[str, object], reason: str | None
+) -> None:
+    assert rejection(_trajectory(**changes), threshold=1.0) == reason
+
+
+def test_sources_mix_at_their_weights_without_repeating_rows(tmp_path: Path) -> None:
+    irl, universal = tmp_path / "irl.jsonl", tmp_path / "universal.jsonl"
+    irl.write_text("".join(json.dumps({"id": f"i{k}"}) + "\n" for k in range(5)))
+    universal.write_text("".join(json.dumps({"id": f"u{k}"}) + "\n" for k in range(9)))
+    taken = mix_traces({irl: 1, universal: 3}, tmp_path / "mix.jsonl", seed=0)
+    assert taken == {str(irl): 3, str(universal): 9}
+    ids = [json.loads(line)["id"] for line in (tmp_path / "mix.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 12
