@@ -33,7 +33,8 @@ class RobotTool(Tool):
     """A robot arm with an RGB-D camera: the simulated one per session, or a robot server by URL.
 
     Config: `url` (a robot server; default: simulation), `timeout_s` (HTTP), `max_worlds` (simulated
-    worlds kept), `robots` (a `SimulatedRobots` pool to share with an in-process evaluation).
+    worlds kept), `record_frames` (keep motion frames for reports, default off), `robots` (a
+    `SimulatedRobots` pool to share with an in-process evaluation).
     """
 
     name: ClassVar[str] = "robot"
@@ -56,7 +57,8 @@ class RobotTool(Tool):
 
         robots = self.config.get("robots")
         self._robots = robots if robots is not None else SimulatedRobots(
-            int(self.config.get("max_worlds", DEFAULT_MAX_WORLDS))
+            int(self.config.get("max_worlds", DEFAULT_MAX_WORLDS)),
+            record_frames=bool(self.config.get("record_frames", False)),  # report frames cost renders
         )  # fmt: skip
 
     def backend(self, ctx: ToolContext) -> RobotBackend:
