@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,15 @@ from rich.console import Console
 from spacetools.agent.types import ToolCallRecord, Trajectory
 from spacetools.bench.dataset import Sample
 from spacetools.bench.evaluate import thumbnail_data_url
-from spacetools.bench.report import PREDICTED, TRUTH, annotate, render_report
+from spacetools.bench.report import (
+    PREDICTED,
+    TRUTH,
+    annotate,
+    answer_kind,
+    render_report,
+    tool_geometry_picture,
+    write_report,
+)
 from spacetools.bench.summary import summarize, summary_table
 from spacetools.rewards import compute_score
 
@@ -149,7 +158,7 @@ def test_every_tool_picture_sits_in_the_row_of_the_call_that_made_it() -> None:
     assert "gripper points" in call_rows[4]
 
 
-@pytest.mark.parametrize(("kind", "answer", "truth"), [("yesno", "No", "Yes"), ("choice", "(B)", "(A)")])
+@pytest.mark.parametrize(("kind", "answer", "truth"), [("yes_no", "No", "Yes"), ("choice", "(B)", "(A)")])
 def test_verdicts_are_written_under_the_picture_in_red_and_green(kind: str, answer: str, truth: str) -> None:
     plain = annotate(IMAGE, "points", "", "")
     picture = np.asarray(annotate(IMAGE, kind, answer, truth))
@@ -176,3 +185,49 @@ def test_end_of_run_table_fits_80_columns_with_the_headline_on_the_benchmark_lin
     for name, headline in (("robospatial", "100.0"), ("bopgrasp", "100.0"), ("cvb2drelation", "0.0")):
         (line,) = [line for line in lines if line.split() and line.split()[0] == name]
         assert line.split()[1:3] == ["1", headline]
+
+
+def test_a_lone_surrogate_anywhere_still_writes_a_whole_page(tmp_path: Path) -> None:
+    """Issue 9, item 6: a lone surrogate (legal JSON) in a tool argument made report.html 0 bytes."""
+    key = "spatialsim_robospatial"
+    hostile = ToolCallRecord(
+        "roborefer.detect_one", {"obj_name": "\ud800"}, "Error: \udfff", True, [], 0.01, 1
+    )
+    the_row = row(key, "Yes \ud800", "Yes", [hostile])
+    the_row["question"] = "Is it \udc00 there?"
+    rows, samples = [the_row], {f"{key}/0": sample(key, "Yes")}
+    path = write_report(
+        tmp_path / "report.html", summarize(rows, policy="p\ud800", profile="exact", data="d"), rows, samples
+    )
+    page = path.read_text(encoding="utf-8")
+    assert page.endswith("</html>") and "roborefer.detect_one" in page
+    assert "\\ud800" in page  # the argument, escaped by JSON; the other surrogates are replaced
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left behind
+
+
+def test_tool_geometry_comes_from_the_structured_value() -> None:
+    corners = [
+        [0.4, 0.6],
+        [0.6, 0.6],
+        [0.58, 0.55],
+        [0.42, 0.55],
+        [0.4, 0.4],
+        [0.6, 0.4],
+        [0.58, 0.35],
+        [0.42, 0.35],
+    ]
+    name, text = "bounding_box.compute_bbox", "Oriented bounding box computed."
+    assert tool_geometry_picture(IMAGE, name, text) is None  # neither a value nor the corners in the text
+    drawn = tool_geometry_picture(IMAGE, name, text, {"corners_2d": corners})
+    assert drawn is not None and "fitted box" in drawn[1]
+    assert tool_geometry_picture(IMAGE, name, text, {"corners_2d": corners[:7]}) is None
+    assert tool_geometry_picture(IMAGE, name, text, {"corners_2d": [[float("nan"), 0.5]] * 8}) is None
+
+
+@pytest.mark.parametrize(
+    ("data_source", "truth", "kind"),
+    [("robospatial", "No", "yes_no"), ("robospatial", "[(0.1, 0.1)]", "points"), ("refunseen", "x", "mask"),
+     ("spatialsim_detect2d", "[]", "boxes"), ("cvb3ddepth", "(A)", "choice"), ("someone_elses", "4", "text")],
+)  # fmt: skip
+def test_samples_are_drawn_by_their_registered_kind(data_source: str, truth: str, kind: str) -> None:
+    assert answer_kind(data_source, truth) == kind

@@ -14,7 +14,7 @@ from spacetools.bench.spatialsim import FAMILIES, generate
 from spacetools.bench.spatialsim.generator import check_families, derive_seed, uses_duplicates
 from spacetools.bench.spatialsim.relations import OPPOSITE, RELATIONS, relation_holds
 from spacetools.bench.spatialsim.robospatial import VACANT_INSIDE_POINTS, VACANT_OUTLINE_POINTS, vacant_points
-from spacetools.rewards import compute_score
+from spacetools.rewards import BENCHMARKS, compute_score
 from spacetools.rewards.formats import format_points, parse_points
 from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.groundtruth import ObjectTruth
@@ -252,3 +252,10 @@ def test_bad_arguments_are_clear_errors() -> None:
         check_families(["robospatial", "nonsense"])
     with pytest.raises(ValueError, match="positive"):
         generate(-1)
+
+
+def test_every_family_is_a_registered_benchmark() -> None:
+    assert [family.data_source for family in FAMILIES.values()] == [
+        key for key, entry in BENCHMARKS.items() if entry.spatialsim
+    ]
+    assert FAMILIES["cvb3ddepth"].benchmark == "CV-Bench"

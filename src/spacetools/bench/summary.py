@@ -2,7 +2,7 @@
 
 A row is one line of ``samples.jsonl``: ``id``, ``data_source``, ``score`` (the dict of
 ``spacetools.rewards.compute_score``) and ``trajectory`` (``Trajectory.to_dict()``). The metrics are
-the paper's, from ``spacetools.rewards.aggregate``; the rest (tool calls by tool, failures, turns,
+the paper's, from ``spacetools.rewards.aggregate`` (the benchmark registry's aggregators); the rest (tool calls by tool, failures, turns,
 wall time) comes from the trajectories.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from spacetools.rewards import aggregate
+from spacetools.rewards import BENCHMARKS, aggregate
 
 
 @dataclass
@@ -137,6 +137,12 @@ def summarize(
     )
 
 
+def short_name(key: str) -> str:
+    """A benchmark's name in tables: its family (``boppose`` for ``spatialsim_boppose``)."""
+    entry = BENCHMARKS.get(key)
+    return entry.family if entry is not None else key
+
+
 #: Figures ``aggregate`` returns that the tables leave out (n has its own column; headline repeats one).
 HIDDEN_METRICS = frozenset({"n", "headline", "parse_rate"})
 
@@ -173,7 +179,7 @@ def summary_table(summary: Summary) -> Table:
         table.add_column(column, justify="right", no_wrap=True)
     for bench in summary.benchmarks.values():
         table.add_row(
-            bench.key.removeprefix("spatialsim_"),
+            short_name(bench.key),
             str(bench.n),
             f"{bench.metrics.get('headline', float('nan')):.1f}",
             other_figures(bench.metrics),
@@ -212,7 +218,7 @@ def compare_table(a: Summary, b: Summary, *, label_a: str = "A", label_b: str = 
         }
         for position, (name, (x, y)) in enumerate(metrics.items()):
             delta = "" if x is None or y is None else _signed(y - x)
-            label = key.removeprefix("spatialsim_") if position == 0 else ""
+            label = short_name(key) if position == 0 else ""
             table.add_row(label, name, _cell(x), _cell(y), delta)
         table.add_section()
     return table

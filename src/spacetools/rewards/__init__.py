@@ -2,18 +2,21 @@
 
 ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` is verl's custom reward
 signature and can be handed to verl as it is; ``aggregate(benchmark_key, rows)`` gives the paper's
-benchmark metrics. This package imports nothing else from spacetools.
+benchmark metrics. ``formats`` writes and reads every answer format, ``extraction`` is the one answer
+reader, ``benchmarks`` the registry of data sources. This package imports nothing else from spacetools.
 """
 
-from spacetools.rewards.aggregate import BENCHMARK_KEYS, REFSPATIAL_SPLITS, aggregate
-from spacetools.rewards.dispatch import (
+from spacetools.rewards.aggregate import BENCHMARK_KEYS, aggregate
+from spacetools.rewards.benchmarks import (
+    BENCHMARK_GROUPS,
+    BENCHMARKS,
     PAPER_DATA_SOURCES,
-    SCORERS,
     SPATIALSIM_FAMILIES,
     SPATIALSIM_PREFIX,
-    compute_score,
-    scorer_for,
+    Benchmark,
+    benchmark,
 )
+from spacetools.rewards.dispatch import SCORERS, compute_score, scorer_for
 from spacetools.rewards.extraction import ExtractedAnswer, extract_answer
 from spacetools.rewards.formats import (
     BOX_CORNERS,
@@ -46,6 +49,7 @@ from spacetools.rewards.geometry import (
     point_in_convex_hull,
 )
 from spacetools.rewards.masks import load_mask
+from spacetools.rewards.metrics import REFSPATIAL_SPLITS
 from spacetools.rewards.scorers import (
     NCE_CAP,
     POSE_CORNERS,
@@ -66,6 +70,8 @@ from spacetools.rewards.scorers import (
 )
 
 __all__ = [
+    "BENCHMARKS",
+    "BENCHMARK_GROUPS",
     "BENCHMARK_KEYS",
     "BOX_CORNERS",
     "BOX_EDGES",
@@ -79,8 +85,10 @@ __all__ = [
     "SPATIALSIM_FAMILIES",
     "SPATIALSIM_PREFIX",
     "SR_MACE_THRESHOLD",
+    "Benchmark",
     "ExtractedAnswer",
     "aggregate",
+    "benchmark",
     "box_iou",
     "choice_letter",
     "compute_score",

@@ -8,9 +8,10 @@ from collections.abc import Mapping, Sequence
 from rich.table import Table
 
 from spacetools.bench.dataset import Sample
+from spacetools.rewards.formats import format_choice, format_yes_no
 
 #: Answers that are a class (yes/no, an option letter); anything else is counted by question type.
-_CLASS_ANSWERS = {"Yes", "No"} | {f"({chr(ord('A') + k)})" for k in range(26)}
+_CLASS_ANSWERS = {format_yes_no(True), format_yes_no(False)} | {format_choice(k) for k in range(26)}
 
 
 def answer_balance(samples: Sequence[Sample]) -> Counter[str]:

@@ -23,6 +23,8 @@ from spacetools.bench.dataset import Sample, write_parquet
 from spacetools.bench.spatialsim import bopask, choice, refspatial, robospatial
 from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question
+from spacetools.rewards.benchmarks import BENCHMARKS, SPATIALSIM_PREFIX
+from spacetools.rewards.formats import format_yes_no
 from spacetools.sim.layout import build_scene
 
 #: Every family takes (context, rng, question index); only families that balance answers use the index.
@@ -31,10 +33,10 @@ FamilyGenerator = Callable[[SceneContext, np.random.Generator, int], Question | 
 
 @dataclass(frozen=True)
 class Family:
-    """One question family: its generator and the original benchmark it imitates."""
+    """One question family and its generator; what its answers are, how they are scored and which
+    original benchmark it imitates are its data source's entry in the benchmark registry."""
 
     name: str
-    benchmark: str
     make: FamilyGenerator
     #: Whether every other scene group holds two identical objects (the generator must then ask about one).
     duplicate_scenes: bool = False
@@ -42,21 +44,27 @@ class Family:
     @property
     def data_source(self) -> str:
         """The key an evaluation dispatches on: `spatialsim_<family>`."""
-        return f"spatialsim_{self.name}"
+        return SPATIALSIM_PREFIX + self.name
+
+    @property
+    def benchmark(self) -> str:
+        """The original benchmark the family imitates (from the registry)."""
+        return BENCHMARKS[self.data_source].suite
 
 
+#: The SpatialSim families, one per ``spatialsim_*`` entry of the benchmark registry.
 FAMILIES: dict[str, Family] = {
     family.name: family
     for family in (
-        Family("robospatial", "RoboSpatial", robospatial.generate),
-        Family("reflocation", "RefSpatial", refspatial.location, duplicate_scenes=True),
-        Family("refplacement", "RefSpatial", refspatial.placement),
-        Family("blinkdepth", "BLINK", choice.blink_depth),
-        Family("cvb2drelation", "CV-Bench", choice.cvb_2d_relation),
-        Family("cvb3ddepth", "CV-Bench", choice.cvb_3d_depth),
-        Family("boppose", "BOP-ASK", bopask.pose),
-        Family("bopgrasp", "BOP-ASK", bopask.grasp),
-        Family("detect2d", "detection", bopask.detect),
+        Family("robospatial", robospatial.generate),
+        Family("reflocation", refspatial.location, duplicate_scenes=True),
+        Family("refplacement", refspatial.placement),
+        Family("blinkdepth", choice.blink_depth),
+        Family("cvb2drelation", choice.cvb_2d_relation),
+        Family("cvb3ddepth", choice.cvb_3d_depth),
+        Family("boppose", bopask.pose),
+        Family("bopgrasp", bopask.grasp),
+        Family("detect2d", bopask.detect),
     )
 }
 
@@ -136,7 +144,9 @@ def _repeat_key(question: Question) -> str:
     """What makes two questions on one scene the same: the ground truth of open answers (same object or
     region), the text for class answers ("Yes", "(A)") that many different questions share."""
     return (
-        question.text if question.ground_truth in ("Yes", "No") or question.choices else question.ground_truth
+        question.text
+        if question.ground_truth in (format_yes_no(True), format_yes_no(False)) or question.choices
+        else question.ground_truth
     )
 
 
