@@ -86,7 +86,7 @@ class Camera:
     @property
     def world_to_cam(self) -> NDArray[np.float64]:
         """The 4x4 world-to-camera transform."""
-        return np.linalg.inv(self.cam_to_world)
+        return np.asarray(np.linalg.inv(self.cam_to_world), dtype=np.float64)
 
     def world_to_camera(self, points: ArrayLike) -> NDArray[np.float64]:
         """Transform world points (N, 3) into the camera frame."""

@@ -186,7 +186,7 @@ class Scene:
         if not self._finalizer.alive:
             raise RuntimeError("this scene is closed")
 
-    def _segmentation_to_index(self, raw: NDArray[np.int_]) -> NDArray[np.int32]:
+    def _segmentation_to_index(self, raw: NDArray[np.integer]) -> NDArray[np.int32]:
         body_ids = raw & 0xFFFFFF  # the low 24 bits hold the body id when link indices are encoded too
         body_ids[raw < 0] = -1
         lookup = np.full(max(self._object_bodies, default=-1) + 1, -1, dtype=np.int32)

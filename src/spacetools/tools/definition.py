@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar, Union
+from typing import Any, ClassVar, Generic, Literal, TypeVar, Union
 
 import docstring_parser
 import numpy as np
@@ -44,6 +44,7 @@ _TOOL_METHOD_MARK = "__spacetools_tool_method__"
 _VARIABLE_MARK = "spacetools-variable"
 _REFERENCE_HINT = 'a "$name" reference to a variable from an earlier tool call'
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
 class ToolError(Exception):
@@ -145,7 +146,7 @@ class ToolContext:
             )
 
 
-class Variable:
+class Variable(Generic[_T]):
     """`Variable[T]` marks a parameter that usually receives a `"$name"` reference to a stored T.
 
     `numpy.ndarray` parameters are always references; use `Variable[float]` for a scalar that may be
@@ -356,7 +357,7 @@ def _build_tool_method(name: str, attribute: str, fn: Callable[..., Any]) -> Too
         raise TypeError(f"{name}: the docstring describes arguments it does not take: {sorted(unknown_docs)}")
 
     parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         f"{name.replace('.', '_')}_arguments",
         __config__=ConfigDict(strict=True, extra="forbid", arbitrary_types_allowed=True),
         **fields,
@@ -476,7 +477,7 @@ def _validation_type(hint: Any) -> Any:
         return list[_validation_type(args[0])]  # type: ignore[misc]
     if origin is tuple or base is tuple:
         inner = (
-            tuple[tuple(_validation_type(arg) if arg is not Ellipsis else arg for arg in args)]
+            tuple[tuple(_validation_type(arg) if arg is not Ellipsis else arg for arg in args)]  # type: ignore[misc]
             if args
             else tuple
         )

@@ -21,9 +21,9 @@ class ToolDeployment(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
     tool: type[Tool] | str = Field(description='A Tool subclass or its import path "module:Class".')
-    instances: int = Field(1, ge=1, le=256)
+    instances: int = Field(default=1, ge=1, le=256)
     backend: BackendName = "process"
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0)
     config: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("tool")
