@@ -35,7 +35,7 @@ def test_the_expert_s_correct_episodes_become_sft_rows(tmp_path: Path) -> None:
         roles = [message["role"] for message in row["messages"]]
         assert roles[:2] == ["system", "user"] and roles[-1] == "assistant" and "tool" in roles
         assert len(row["images"]) == 1 and row["images"][0].startswith("data:image/png;base64,")
-        assert "scene" not in json.dumps(row["messages"])  # the tools' attachment never reaches the data
+        assert "half_extents" not in json.dumps(row["messages"])  # the scene spec never reaches the data
 
 
 def _trajectory(**changes: object) -> Trajectory:

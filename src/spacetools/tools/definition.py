@@ -47,6 +47,7 @@ _TOOL_METHOD_MARK = "__spacetools_tool_method__"
 _VARIABLE_MARK = "spacetools-variable"
 _REFERENCE_HINT = 'a "$name" reference to a variable from an earlier tool call'
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
 class ToolError(Exception):
@@ -149,7 +150,6 @@ class ToolContext:
 
 
 if TYPE_CHECKING:
-    _T = TypeVar("_T")
     # For the type checker `Variable[T]` is `T` itself: the reference is resolved before the call.
     Variable = Annotated[_T, "variable"]
 else:

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from spacetools.agent.rollout import RolloutConfig, run_episodes
-from spacetools.toolshed import ToolProvider
 from spacetools.agent.types import Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
 from spacetools.tools.models.runtime import load_processor
+from spacetools.toolshed import ToolProvider
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.shed import Toolshed
 from spacetools.train.checkpoint import (

@@ -217,7 +217,9 @@ def plan_compatibility(task: Task, replay: ToolReplay) -> Answer:
     ]
     fits = not any(blocked)
     detail = (
-        "all bare table" if fits else f"{sum(blocked)} of {len(blocked)} readings hit something or no table"
+        "all bare table"
+        if fits
+        else f"{sum(blocked)} of {len(blocked)} points are taken, off the table or out of sight"
     )
     return Answer(
         format_yes_no(fits),
