@@ -80,7 +80,7 @@ async def _side_by_side(
     tool: Tool, tool_path: str, method: str, config: dict[str, Any], arguments: dict[str, Any], image: np.ndarray, backend: str, repeats: int
 ) -> tuple[float, float]:  # fmt: skip
     """Median ms of a direct call and of the same call through a Toolshed, alternated call by call."""
-    ctx = ToolContext(session_id="bench", images=[image], scenes=[None], rng=np.random.default_rng(0))
+    ctx = ToolContext.local([image], session_id="bench")
     async with Toolshed([ToolDeployment(tool=tool_path, backend=backend, config=config)]) as shed:
         session = shed.open_session([image])
         for _ in range(3):  # warm-up: first calls pay for kernel selection and caches

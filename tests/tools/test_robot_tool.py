@@ -45,7 +45,7 @@ def _shed(**config: Any) -> Toolshed:
 def test_capture_and_depth_describe_the_robot_camera(scene: dict[str, Any]) -> None:
     async def scenario() -> None:
         async with _shed() as shed:
-            session = shed.open_session([scene["image"]], [scene["spec"]])
+            session = shed.open_session([scene["image"]], [{"scene": scene["spec"]}])
             captured = await session.call("robot.capture_image", {})
             assert not captured.is_error
             assert captured.text == (
@@ -74,8 +74,8 @@ def test_capture_and_depth_describe_the_robot_camera(scene: dict[str, Any]) -> N
 def test_grasp_then_place_and_sessions_do_not_share_a_robot(scene: dict[str, Any]) -> None:
     async def scenario() -> None:
         async with _shed() as shed:
-            first = shed.open_session([scene["image"]], [scene["spec"]])
-            other = shed.open_session([scene["image"]], [scene["spec"]])
+            first = shed.open_session([scene["image"]], [{"scene": scene["spec"]}])
+            other = shed.open_session([scene["image"]], [{"scene": scene["spec"]}])
             assert first.set_variable("grasp_pose", scene["grasp"])
             grasped = await first.call("robot.execute_grasp", {"grasp_pose": "$grasp_pose"})
             assert not grasped.is_error, grasped.text
@@ -98,7 +98,7 @@ def test_grasp_then_place_and_sessions_do_not_share_a_robot(scene: dict[str, Any
 def test_bad_arguments_and_missing_scenes_are_error_results(scene: dict[str, Any]) -> None:
     async def scenario() -> None:
         async with _shed() as shed:
-            session = shed.open_session([scene["image"]], [scene["spec"]])
+            session = shed.open_session([scene["image"]], [{"scene": scene["spec"]}])
             outside = await session.call(
                 "robot.place_object_at_2d_location", {"placement_point_2d": [1.5, 0.2]}
             )
@@ -116,7 +116,7 @@ def test_bad_arguments_and_missing_scenes_are_error_results(scene: dict[str, Any
 def test_an_unreachable_robot_server_is_an_error_result(scene: dict[str, Any]) -> None:
     async def scenario() -> None:
         async with _shed(url=f"http://127.0.0.1:{_free_port()}", timeout_s=2) as shed:
-            session = shed.open_session([scene["image"]], [scene["spec"]])
+            session = shed.open_session([scene["image"]], [{"scene": scene["spec"]}])
             result = await session.call("robot.capture_image", {})
             assert result.is_error and "robot unavailable" in result.text and "unreachable" in result.text
 

@@ -50,7 +50,7 @@ def test_serve_rejects_an_address_without_the_ray_backend() -> None:
 def test_serve_on_ray_runs_the_v1_tools_with_the_same_results_as_worker_processes(local_ray: None) -> None:
     import ray
 
-    from spacetools.bench.evaluate import task_from_sample
+    from spacetools.bench.evaluate import episode_input
     from spacetools.bench.spatialsim.generator import generate
 
     with socket.socket() as sock:
@@ -78,7 +78,7 @@ def test_serve_on_ray_runs_the_v1_tools_with_the_same_results_as_worker_processe
         stats = httpx.get(f"{url}/stats").json()["tools"]
         assert stats["depth_estimator"]["backend"] == "ray" and stats["vision_ops"]["backend"] == "inprocess"
         (sample,) = generate(1, seed=0, families=["bopgrasp"], workers=1)["bopgrasp"]
-        task = task_from_sample(sample, "bopgrasp/0")
+        task = episode_input(sample, "bopgrasp/0")
 
         async def both() -> list[Any]:
             async with RemoteToolshed(url) as remote, Toolshed("v1", profile="realistic", seed=5) as local:

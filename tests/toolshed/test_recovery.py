@@ -67,6 +67,7 @@ def test_a_tool_whose_restart_fails_comes_back_when_setup_works_again() -> None:
             "variables": [],
             "images": [],
             "value": None,
+            "image_indices": [],
         }
         health = http.get("/health").json()
         assert health["status"] == "ok" and health["tools"]["outage"]["live_instances"] == 1

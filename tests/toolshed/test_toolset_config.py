@@ -94,7 +94,7 @@ def test_a_model_backend_gets_its_settings_with_paths_relative_to_the_file(tmp_p
         ),
         (
             {"sam2": {"backend": "sim", "runtime": "cloud"}},
-            r"tools\.sam2\.runtime: Input should be 'inprocess' or 'process'",
+            r"tools\.sam2\.runtime: Input should be 'inprocess', 'process' or 'ray'",
         ),
         (
             {"vlm": {"backend": "endpoint", "options": {"model": "m"}}},

@@ -12,7 +12,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union
 
@@ -113,6 +113,24 @@ class ToolContext:
             bit_generator.state = bit_state
             rng = np.random.Generator(bit_generator)
         self.__dict__.update(state, rng=rng)
+
+    @classmethod
+    def local(
+        cls,
+        images: Sequence[np.ndarray],
+        *,
+        attachments: Sequence[dict[str, Any]] | None = None,
+        seed: int = 0,
+        session_id: str = "local",
+    ) -> ToolContext:
+        """The context of a direct call (no Toolshed) that may reference every one of `images`."""
+        return cls(
+            session_id=session_id,
+            images=dict(enumerate(images)),
+            image_sizes=[(image.shape[0], image.shape[1]) for image in images],
+            attachments=list(attachments) if attachments is not None else [{} for _ in images],
+            rng=np.random.default_rng(seed),
+        )
 
     @property
     def image_count(self) -> int:

@@ -74,6 +74,8 @@ class ToolConfig(BaseModel):
     instances: int = Field(1, ge=1, le=256)
     runtime: BackendName = Field("process", description="Where instances run: process or inprocess.")
     timeout_s: float = Field(60.0, gt=0)
+    num_cpus: float = Field(0.2, ge=0, description="CPU share of each instance on Ray.")
+    num_gpus: float = Field(0.0, ge=0, description="GPU share of each instance on Ray.")
     model_path: Path | None = None
     device: str | None = None
     dtype: str | None = None
@@ -146,6 +148,8 @@ def toolset_deployments(data: Any, base: Path, source: str = "config") -> list[T
                 instances=entry.instances,
                 backend=entry.runtime,
                 timeout_s=entry.timeout_s,
+                num_cpus=entry.num_cpus,
+                num_gpus=entry.num_gpus,
                 config=settings,
             )
         )

@@ -29,7 +29,9 @@ V1: list[ToolDeployment] = [
     ToolDeployment(
         tool="spacetools.tools.grasp:GraspGeneratorTool", instances=1, backend="process", num_cpus=_SHARE
     ),
-    ToolDeployment(tool="spacetools.tools.vision_ops:VisionOpsTool", instances=1, backend="inprocess"),
+    ToolDeployment(
+        tool="spacetools.tools.vision_ops:VisionOpsTool", instances=1, backend="inprocess", num_cpus=_SHARE
+    ),
 ]
 
 # V2 adds the robot. One instance: each session's simulated world lives in that instance (a robot is

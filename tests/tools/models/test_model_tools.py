@@ -44,9 +44,7 @@ POINTS_MASK_TEXT = re.compile(
 
 
 def context(*images: np.ndarray) -> ToolContext:
-    return ToolContext(
-        session_id="test", images=list(images), scenes=[None] * len(images), rng=np.random.default_rng(0)
-    )
+    return ToolContext.local(images, session_id="test")
 
 
 @pytest.mark.parametrize(

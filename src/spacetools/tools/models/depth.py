@@ -38,6 +38,8 @@ class ModelDepthTool(DepthEstimatorTool):
     """Shared part of the model-backed depth tools: settings, batching and the `_estimate` hook."""
 
     settings_model: ClassVar[type[ModelSettings]] = DepthSettings
+    # The model's settings only: the simulated parent's realism profile does not apply to a real model.
+    config_keys: ClassVar[frozenset[str]] = frozenset(DepthSettings.model_fields)
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)

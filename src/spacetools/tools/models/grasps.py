@@ -46,6 +46,8 @@ class GraspServerTool(GraspGeneratorTool):
     """`grasp_generator.compute_grasp` whose grasp search runs on a grasp server."""
 
     settings_model: ClassVar[type[BaseModel]] = GraspServerSettings
+    # The model's settings only: the simulated parent's realism profile does not apply to a real model.
+    config_keys: ClassVar[frozenset[str]] = frozenset(GraspServerSettings.model_fields)
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)

@@ -49,6 +49,8 @@ class TransformersPointing(PointingTool):
     """A pointing model run locally through transformers."""
 
     settings_model: ClassVar[type[BaseModel]] = TransformersPointingSettings
+    # The model's settings only: the simulated parent's realism profile does not apply to a real model.
+    config_keys: ClassVar[frozenset[str]] = frozenset(TransformersPointingSettings.model_fields)
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
@@ -108,6 +110,8 @@ class EndpointPointing(PointingTool):
     """A pointing model behind an OpenAI-compatible chat endpoint."""
 
     settings_model: ClassVar[type[BaseModel]] = EndpointPointingSettings
+    # The model's settings only: the simulated parent's realism profile does not apply to a real model.
+    config_keys: ClassVar[frozenset[str]] = frozenset(EndpointPointingSettings.model_fields)
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)

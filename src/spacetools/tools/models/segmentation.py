@@ -27,6 +27,8 @@ class ModelSegmentationTool(Sam2Tool):
     """Shared part of the model-backed segmenters: settings, mask selection and the `_segment` hook."""
 
     settings_model: ClassVar[type[ModelSettings]] = ModelSettings
+    # The model's settings only: the simulated parent's realism profile does not apply to a real model.
+    config_keys: ClassVar[frozenset[str]] = frozenset(ModelSettings.model_fields)
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)

@@ -84,7 +84,7 @@ class RobotTool(Tool):
             f"conversation). Use $captured_image to reference it."
         )
         return ToolResult(text=text, images=[rgb], variables={"captured_image": rgb},
-                          value={"image_index": len(ctx.images), "width": width, "height": height})  # fmt: skip
+                          value={"image_index": ctx.image_count, "width": width, "height": height})  # fmt: skip
 
     @tool_method
     def get_depth(self, *, ctx: ToolContext) -> ToolResult:
@@ -201,7 +201,7 @@ class RobotTool(Tool):
         except ToolError as exc:
             return ToolResult.error(f"{what} not executed: {exc}")
         rgb = _robot_call(robot.capture_image)
-        index = len(ctx.images)
+        index = ctx.image_count
         status = "succeeded" if outcome.success else "failed"
         text = (
             f"{what} {status} in {outcome.execution_time_s:.2f}s: {outcome.message}. "
