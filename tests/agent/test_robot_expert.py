@@ -11,7 +11,8 @@ import pytest
 
 from spacetools.agent.policies import make_policy
 from spacetools.agent.policies.robot_expert import RobotExpertPolicy, RobotGoal, read_goal, singular
-from spacetools.agent.types import EpisodeState, Task
+from spacetools.agent.types import EpisodeState, Task, ToolCallRecord
+from spacetools.rewards.formats import parse_points
 
 
 @pytest.mark.parametrize(
@@ -55,14 +56,25 @@ def test_singular() -> None:
     ]
 
 
+def _record(text: str, turn: int) -> ToolCallRecord:
+    """A tool result as the rollout records it; detections carry their points as the tool's value."""
+    value = {"points": [list(p) for p in parse_points(text)]} if text.startswith("Detected") else None
+    return ToolCallRecord(
+        name="tool", arguments={}, result_text=text, is_error=text.startswith("Error"), variables=[],
+        latency_s=0.0, turn=turn, value=value,
+    )  # fmt: skip
+
+
 def _state(question: str, tool_texts: list[list[str]]) -> EpisodeState:
     task = Task(id="t", data_source="robot", question=question, images=[np.zeros((4, 4, 3), np.uint8)])
-    messages: list[dict[str, object]] = [{"role": "user", "content": question}]
-    for batch in tool_texts:
-        messages.append({"role": "assistant", "content": "<tool_call>{}</tool_call>"})
-        messages += [{"role": "tool", "content": f"<tool_response>{text}</tool_response>"} for text in batch]
+    records = [_record(text, turn) for turn, batch in enumerate(tool_texts) for text in batch]
     return EpisodeState(
-        task=task, messages=messages, images=list(task.images), turn=len(tool_texts), tool_specs=[]
+        task=task,
+        messages=[{"role": "user", "content": question}],
+        images=list(task.images),
+        turn=len(tool_texts),
+        tool_specs=[],
+        tool_calls=records,
     )
 
 

@@ -3,7 +3,7 @@
 Its chain: point at the target (and at the place goal) with `roborefer`, segment the target with
 `sam2` while reading the robot's depth and point cloud, compute a grasp with `grasp_generator`,
 execute it with `robot.execute_grasp`, then place with `robot.place_object_at_2d_location` on the
-pointed spot. It reads only the question and tool texts (never the scene's truth). Like the other
+pointed spot. It reads only the question and the tools' structured results (never the scene's truth). Like the other
 scripted policy it is stateless: each turn it re-runs its plan over the tool results in the
 conversation and writes the next step in the tag protocol; a call that failed transiently ("retry
 the call") is made once more.
@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spacetools.agent.protocol import message_text
+from spacetools.agent.policies.scripted.replay import ToolOutcome, tool_batches
 from spacetools.agent.types import EpisodeState
-from spacetools.rewards.formats import parse_points
 
-_TOOL_RESPONSE_RE = re.compile(r"<tool_response>\s*(.*?)\s*(?:</tool_response>|\Z)", re.DOTALL)
+# How a simulated tool's transient failure reads (`tools.realism`); such a call is worth one more try.
+_TRANSIENT = "retry the call"
 _NEAR_RE = re.compile(r"pick up the (?P<name>.+?) (?P<which>closer to|farther from) the camera", re.I)
 _ONE_OF_TWO_RE = re.compile(r"pick up the (?P<which>left|right) one of the two (?P<names>.+?)[.?!]*$", re.I)
 _PLACE_RE = re.compile(
@@ -75,25 +75,12 @@ def read_goal(question: str) -> RobotGoal | None:
     return None
 
 
-def tool_texts(messages: list[dict[str, Any]]) -> list[list[str]]:
-    """The tool response texts of each tool-calling assistant turn, in order."""
-    batches: list[list[str]] = []
-    for message in messages:
-        if message.get("role") == "assistant":
-            batches.append([])
-        elif message.get("role") == "tool" and batches:
-            text = message_text(message)
-            found = _TOOL_RESPONSE_RE.search(text)
-            batches[-1].append(found.group(1) if found else text.strip())
-    return [batch for batch in batches if batch]
+def _is_error(outcome: ToolOutcome) -> bool:
+    return outcome.is_error
 
 
-def _is_error(text: str) -> bool:
-    return text.lstrip().startswith("Error")
-
-
-def _first_point(text: str) -> tuple[float, float] | None:
-    points = [] if _is_error(text) else parse_points(text)
+def _first_point(outcome: ToolOutcome) -> tuple[float, float] | None:
+    points = outcome.get("points") or []
     return (float(points[0][0]), float(points[0][1])) if points else None
 
 
@@ -120,26 +107,27 @@ class _Pending(Exception):
 class _Replay:
     """Feeds a plan the results of its earlier tool turns in order; a new turn ends this `act`."""
 
-    def __init__(self, batches: list[list[str]]) -> None:
+    def __init__(self, batches: list[list[ToolOutcome]]) -> None:
         self._batches = batches
         self._next = 0
 
-    def call(self, thought: str, *calls: Call) -> list[str]:
+    def call(self, thought: str, *calls: Call) -> list[ToolOutcome]:
         """The results of one turn of calls, retrying once each call that failed transiently."""
         results = self._take(thought, calls)
-        retry = [i for i, text in enumerate(results) if _is_error(text) and "retry the call" in text]
+        retry = [i for i, outcome in enumerate(results) if outcome.is_error and _TRANSIENT in outcome.text]
         if retry:
             again = self._take("A tool failed transiently; I call it again.", [calls[i] for i in retry])
-            for i, text in zip(retry, again, strict=True):
-                results[i] = text
+            for i, outcome in zip(retry, again, strict=True):
+                results[i] = outcome
         return results
 
-    def _take(self, thought: str, calls: Sequence[Call]) -> list[str]:
+    def _take(self, thought: str, calls: Sequence[Call]) -> list[ToolOutcome]:
         if self._next >= len(self._batches):
             raise _Pending(_turn(thought, *calls))
         batch = self._batches[self._next]
         self._next += 1
-        return [*batch, *["Error: no response"] * (len(calls) - len(batch))][: len(calls)]
+        missing = [ToolOutcome.failed("no response") for _ in range(len(calls) - len(batch))]
+        return [*batch, *missing][: len(calls)]
 
 
 def _plan(goal: RobotGoal, replay: _Replay) -> str:
@@ -159,7 +147,7 @@ def _plan(goal: RobotGoal, replay: _Replay) -> str:
         ("sam2.segment_from_point", {"x": round(target[0], 4), "y": round(target[1], 4), "image_index": 0}),
         ("robot.get_depth_with_pointcloud", {}),
     )
-    if any(_is_error(text) for text in perceived):
+    if any(_is_error(outcome) for outcome in perceived):
         return _answer("Segmentation or depth failed.", f"I could not perceive the {goal.item}.")
     arguments = {"point_cloud": "$point_cloud", "mask": "$segmentation_mask",
                  "focal_length_px": "$focal_length_px", "image_index": 0}  # fmt: skip
@@ -194,6 +182,6 @@ class RobotExpertPolicy:
         if goal is None:
             return _answer("I do not understand this robot task.", "I cannot do this task.")
         try:
-            return _plan(goal, _Replay(tool_texts(state.messages)))
+            return _plan(goal, _Replay(tool_batches(state.tool_calls)))
         except _Pending as pending:
             return pending.turn
