@@ -22,6 +22,7 @@ from spacetools.tools.definition import (
     tool_methods,
     tool_specs,
 )
+from spacetools.tools.diagnostics import EchoTool
 
 
 class PointTool(Tool):
@@ -216,3 +217,10 @@ def test_context_pickles_with_its_random_stream_intact() -> None:
     assert copy.rng.random() == ctx.rng.random()
     assert copy.session_id == ctx.session_id and copy.attachment(0) == {"scene": '{"seed": 1}'}
     assert np.array_equal(copy.image(0), ctx.image(0))
+
+
+def test_a_caller_reshaping_an_openai_schema_does_not_change_the_cached_spec() -> None:
+    (spec, *_) = tool_specs(EchoTool)
+    schema = spec.to_openai()
+    schema["function"]["parameters"]["properties"].clear()
+    assert spec.to_openai()["function"]["parameters"]["properties"]

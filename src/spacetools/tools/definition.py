@@ -7,6 +7,7 @@ docstring; arguments are validated with a pydantic model built from the same sig
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import re
@@ -221,10 +222,11 @@ class ToolSpec:
     parameters: dict[str, Any]
 
     def to_openai(self) -> dict[str, Any]:
-        """The OpenAI function-calling schema of this tool method."""
+        """The OpenAI function-calling schema of this tool method (a copy: callers may reshape it)."""
+        parameters = copy.deepcopy(self.parameters)  # specs are cached per class and shared
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            "function": {"name": self.name, "description": self.description, "parameters": parameters},
         }
 
 
