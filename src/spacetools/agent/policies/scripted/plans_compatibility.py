@@ -39,13 +39,15 @@ from spacetools.rewards.formats import format_point, format_points, format_yes_n
 
 FIT_YAWS_DEG = (0.0, 45.0, 90.0, 135.0)
 """Turns of the A's footprint tried at the spot (a placement may turn the object)."""
-CLEARANCE_M = 0.008
-"""Room kept between the footprint and any obstacle: between touching and a comfortable fit."""
+CLEARANCE_M = 0.013
+"""Room kept between the footprint and any obstacle reading. A placement that fits keeps 1.5 cm from
+every object's footprint (the hull of its box); one that does not may just touch one, and the readings
+lie inside an object, short of its footprint's edge (a ball's box corners reach beyond the ball)."""
 SAMPLE_MARGIN_M = 0.025
 """How far around the footprints the table is read (an obstacle's edge lies beyond its readings)."""
-SAMPLE_SPACING_M = 0.015
+SAMPLE_SPACING_M = 0.01
 """The finest spacing of the readings; coarser for large footprints so that a batch stays bounded."""
-MAX_SAMPLES = 240
+MAX_SAMPLES = 300
 """Readings over and around the footprints (corners come on top)."""
 POINTS_PER_CALL = 60
 """Points per ``project_2d_points_to_3d`` call, so that each result's text stays short."""
