@@ -39,15 +39,14 @@ from spacetools.rewards.formats import format_point, format_points, format_yes_n
 
 FIT_YAWS_DEG = (0.0, 45.0, 90.0, 135.0)
 """Turns of the A's footprint tried at the spot (a placement may turn the object)."""
-CLEARANCE_M = 0.013
-"""Room kept between the footprint and any obstacle reading. A placement that fits keeps 1.5 cm from
-every object's footprint (the hull of its box); one that does not may just touch one, and the readings
-lie inside an object, short of its footprint's edge (a ball's box corners reach beyond the ball)."""
+CLEARANCE_M = 0.008
+"""Room kept between the footprint and any object's outline. A placement that fits keeps 1.5 cm from
+every object's footprint (the hull of its box); one that does not may just touch one."""
 SAMPLE_MARGIN_M = 0.025
 """How far around the footprints the table is read (an obstacle's edge lies beyond its readings)."""
 SAMPLE_SPACING_M = 0.01
 """The finest spacing of the readings; coarser for large footprints so that a batch stays bounded."""
-MAX_SAMPLES = 300
+MAX_SAMPLES = 360
 """Readings over and around the footprints (corners come on top)."""
 POINTS_PER_CALL = 60
 """Points per ``project_2d_points_to_3d`` call, so that each result's text stays short."""
@@ -144,8 +143,9 @@ def footprints(item: Box3D, plane: TablePlane) -> list[Polygon]:
     return [affinity.rotate(centred, yaw, origin=(0, 0)) for yaw in FIT_YAWS_DEG]
 
 
-def sample_places(shapes: Sequence[Polygon]) -> list[tuple[float, float]]:
-    """A grid of places over the footprints and `SAMPLE_MARGIN_M` around them, at most `MAX_SAMPLES`."""
+def sample_places(shapes: Sequence[Polygon]) -> tuple[list[tuple[float, float]], float]:
+    """A grid of places over the footprints and `SAMPLE_MARGIN_M` around them (at most `MAX_SAMPLES`),
+    and its spacing."""
     region = shapely.union_all([shape.buffer(SAMPLE_MARGIN_M) for shape in shapes])
     x0, y0, x1, y1 = region.bounds
     spacing = max(SAMPLE_SPACING_M, math.sqrt(region.area / MAX_SAMPLES))
@@ -154,7 +154,7 @@ def sample_places(shapes: Sequence[Polygon]) -> list[tuple[float, float]]:
         ys = [y0 + spacing * (k + 0.5) for k in range(int((y1 - y0) / spacing) + 1)]
         grid = [(x, y) for y in ys for x in xs if region.contains(shapely.Point(x, y))]
         if len(grid) <= MAX_SAMPLES:
-            return grid
+            return grid, spacing
         spacing *= 1.1
 
 
@@ -203,16 +203,34 @@ def read_occupancy(
     return occupancy
 
 
+def outlines(points: Sequence[tuple[float, float]], spacing: float) -> list[Polygon]:
+    """Each object's outline on the plane: the smallest rotated rectangle around a group of obstacle
+    readings that touch (closer than two sample spacings), as its fitted box would stand.
+
+    An object's footprint is its box, which reaches beyond the surface the camera sees (a ball's box
+    corners, a toy's limbs); a rectangle around its readings comes closer to that than the readings.
+    """
+    if not points:
+        return []
+    dots = [shapely.Point(p) for p in points]
+    groups = shapely.union_all([dot.buffer(spacing) for dot in dots])
+    parts = list(getattr(groups, "geoms", [groups]))
+    return [
+        MultiPoint([dot for dot in dots if part.contains(dot)]).minimum_rotated_rectangle.buffer(1e-6)
+        for part in parts
+    ]
+
+
 def clear(
-    shape: Polygon, corners: Sequence[tuple[float, float]], occupancy: Occupancy, anchor: Polygon
+    shape: Polygon,
+    corners: Sequence[tuple[float, float]],
+    off_table: set[tuple[float, float]],
+    taken: Polygon,
 ) -> bool:
-    """Whether a footprint is on the table and `CLEARANCE_M` away from every obstacle and the B."""
-    if any(corner in occupancy.off_table for corner in corners):
+    """Whether a footprint is on the table and `CLEARANCE_M` away from everything that stands there."""
+    if any(corner in off_table for corner in corners):
         return False
-    room = shape.buffer(CLEARANCE_M)
-    if room.intersects(anchor):
-        return False
-    return not any(room.contains(shapely.Point(p)) for p in occupancy.obstacles)
+    return not shape.buffer(CLEARANCE_M).intersects(taken)
 
 
 def _read_batch(replay: ToolReplay, thought: str, pixels: Sequence[Point]) -> list[Vector | None]:
@@ -270,7 +288,8 @@ def plan_compatibility(task: Task, replay: ToolReplay) -> Answer:
         return Answer("No", f"I could not measure the space {side_words(rel)} the {anchor}.", True)
     shapes = footprints(item_box, plane)
     corners = [inset_corners(shape) for shape in shapes]
-    places = sample_places(shapes) + [corner for group_ in corners for corner in group_]
+    grid, spacing = sample_places(shapes)
+    places = grid + [corner for group_ in corners for corner in group_]
     pixels = [camera.project(plane.lift(place)) for place in places]
     seen = [(place, pixel) for place, pixel in zip(places, pixels, strict=True) if pixel is not None]
     size = shapes[0].bounds
@@ -281,17 +300,19 @@ def plan_compatibility(task: Task, replay: ToolReplay) -> Answer:
     readings = iter(_read_batch(replay, thought, [pixel for _, pixel in seen]) if seen else [])
     by_place = {place: next(readings) for place, _ in seen}
     occupancy = read_occupancy(plane, places, [by_place.get(place) for place in places], item_box)
+    objects = outlines(occupancy.obstacles, spacing)
     anchor_shape = MultiPoint([plane.flat(c) for c in anchor_box.corners_3d]).convex_hull
+    taken = shapely.union_all(objects)
     fitting = [
         yaw
         for yaw, shape, shape_corners in zip(FIT_YAWS_DEG, shapes, corners, strict=True)
-        if clear(shape, shape_corners, occupancy, anchor_shape)
+        if not shape.intersects(anchor_shape) and clear(shape, shape_corners, occupancy.off_table, taken)
     ]
     fits = bool(fitting)
     detail = (
         f"turned {fitting[0]:.0f} degrees it stays on the table, clear of everything"
         if fits
-        else f"at every turn it meets one of {len(occupancy.obstacles)} obstacle points, the {anchor} "
+        else f"at every turn it meets one of {len(objects)} objects standing there, the {anchor} "
         "or the table's edge"
     )
     return Answer(
