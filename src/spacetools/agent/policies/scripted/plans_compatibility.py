@@ -3,10 +3,11 @@
 RoboRefer proposes the best spot for the A beside the B (it always answers a point, fitting or not). The
 expert fits both objects' 3D boxes, lays the A's footprint (the hull of its box corners on the table
 plane) on the spot at the yaws a placement tries, and reads the point cloud over and around those
-footprints in one batch of ``project_2d_points_to_3d`` calls. Every reading above the table that is not
-the A itself is an obstacle where it stands; a footprint corner that is out of the image or whose ray
-passes below the table plane is off the table. The A fits when at some yaw its footprint keeps clear of
-every obstacle and of the B's box, and all its corners are on the table.
+footprints in one batch of ``project_2d_points_to_3d`` calls. Readings above the table that are not the
+A itself mark objects where they stand (a rectangle around each group of touching readings); a footprint
+corner that is out of the image or whose ray passes below the table plane is off the table. The A fits
+when at some yaw its footprint keeps `CLEARANCE_M` from every object, does not overlap the B's box, and
+all its corners are on the table.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ FIT_YAWS_DEG = (0.0, 45.0, 90.0, 135.0)
 CLEARANCE_M = 0.008
 """Room kept between the footprint and any object's outline. A placement that fits keeps 1.5 cm from
 every object's footprint (the hull of its box); one that does not may just touch one."""
-SAMPLE_MARGIN_M = 0.025
+SAMPLE_MARGIN_M = 0.05
 """How far around the footprints the table is read (an obstacle's edge lies beyond its readings)."""
 SAMPLE_SPACING_M = 0.01
 """The finest spacing of the readings; coarser for large footprints so that a batch stays bounded."""
@@ -57,6 +58,7 @@ TABLE_SEARCH_M = 0.03
 ON_TABLE_M = 0.008
 """A reading within this height of the table plane is bare table."""
 BOX_TOLERANCE_M = 0.01
+"""A reading this close to the A's box is the A itself (it is the one being moved)."""
 
 
 def placement_phrase(rel: str, anchor: str, item: str) -> str:
