@@ -51,8 +51,10 @@ MAX_SAMPLES = 360
 """Readings over and around the footprints (corners come on top)."""
 POINTS_PER_CALL = 60
 """Points per ``project_2d_points_to_3d`` call, so that each result's text stays short."""
-CORNER_INSET_M = 0.004
-"""Corners are read this far inside the footprint: its fitted box is a few millimetres off."""
+CORNER_REACH_M = 0.01
+"""Corners are read this far beyond the footprint: the visible table is the hull of what the camera
+sees of it, a little inside the edge a single reading finds (a fit that needs the last centimetre of
+table is too close to call)."""
 TABLE_SEARCH_M = 0.03
 """Readings within this height of the B's bottom face are used to find the table plane's height."""
 ON_TABLE_M = 0.008
@@ -160,14 +162,14 @@ def sample_places(shapes: Sequence[Polygon]) -> tuple[list[tuple[float, float]],
         spacing *= 1.1
 
 
-def inset_corners(shape: Polygon) -> list[tuple[float, float]]:
-    """The footprint's corners moved `CORNER_INSET_M` towards its centre."""
+def reaching_corners(shape: Polygon) -> list[tuple[float, float]]:
+    """The footprint's corners moved `CORNER_REACH_M` away from its centre."""
     cx, cy = shape.centroid.x, shape.centroid.y
     corners = []
     for x, y in list(shape.exterior.coords)[:-1]:
         length = math.hypot(x - cx, y - cy) or 1.0
-        keep = max(0.0, 1.0 - CORNER_INSET_M / length)
-        corners.append((cx + (x - cx) * keep, cy + (y - cy) * keep))
+        stretch = 1.0 + CORNER_REACH_M / length
+        corners.append((cx + (x - cx) * stretch, cy + (y - cy) * stretch))
     return corners
 
 
@@ -289,7 +291,7 @@ def plan_compatibility(task: Task, replay: ToolReplay) -> Answer:
     if plane is None or item_box is None or anchor_box is None or camera is None:
         return Answer("No", f"I could not measure the space {side_words(rel)} the {anchor}.", True)
     shapes = footprints(item_box, plane)
-    corners = [inset_corners(shape) for shape in shapes]
+    corners = [reaching_corners(shape) for shape in shapes]
     grid, spacing = sample_places(shapes)
     places = grid + [corner for group_ in corners for corner in group_]
     pixels = [camera.project(plane.lift(place)) for place in places]
