@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from spacetools.agent.protocol import parse_turn
 from spacetools.agent.types import EpisodeState, Task, ToolCallRecord, Trajectory
 from spacetools.bench.spatialsim import templates
 from spacetools.rewards import compute_score
+from spacetools.tools.projection import as_normalized_points
 
 IMAGE = np.zeros((48, 64, 3), dtype=np.uint8)
 NAMES = ("red mug", "small blue box")
@@ -47,12 +49,12 @@ def error(
     return ToolOutcome(text, True, None)
 
 
-def run_plan(task: Task, results: list[list[ToolOutcome]]) -> tuple[list[list[tuple[str, dict]]], str]:
+def run_plan(task: Task, results: list) -> tuple[list[list[tuple[str, dict]]], str]:
     """Drive the policy like the rollout does: each turn's calls get the next scripted results."""
     return run_plan_full(task, results)[:2]  # type: ignore[return-value]
 
 
-def run_plan_full(task: Task, results: list[list[ToolOutcome]]) -> tuple[list, str, str]:
+def run_plan_full(task: Task, results: list) -> tuple[list, str, str]:
     policy = ScriptedPolicy()
     messages: list[dict] = [{"role": "user", "content": task.question}]
     records: list[ToolCallRecord] = []
@@ -68,6 +70,8 @@ def run_plan_full(task: Task, results: list[list[ToolOutcome]]) -> tuple[list, s
         calls = [(call.name, call.arguments) for call in parsed.tool_calls]
         turns.append(calls)
         replies = results[len(turns) - 1]
+        if callable(replies):  # computed from the calls made
+            replies = replies(calls)
         assert len(replies) == len(calls), (calls, replies)
         for (name, arguments), reply in zip(calls, replies, strict=True):
             records.append(
@@ -172,14 +176,16 @@ def test_a_failed_segmentation_is_asked_again_before_the_box_fit() -> None:
 ITEM_BOX = box((-0.6, 0.0, 2.0))  # the item stands elsewhere; its footprint is 10 x 10 cm
 ANCHOR_BOX = box((0.2, 0.0, 1.1))  # the table plane is its bottom face, y = 0.05 (up is camera -y)
 ON_TABLE = point_3d(0.0, 0.05, 1.0)
-OBSTACLE = point_3d(-0.5, 0.0, 0.5)  # 5 cm above the table, in neither box
-OFF_TABLE = point_3d(0.0, 0.2, 3.0)  # 15 cm below the table plane: the floor
-ANCHOR_SEEN = point_3d(0.2, 0.0, 1.1)  # the anchor, in front of the spot
 
 
-def compatibility_replies(
-    ring: list[ToolOutcome], spot: ToolOutcome | None = None
-) -> list[list[ToolOutcome]]:
+def bare_table(calls: list[tuple[str, dict]]) -> list[ToolOutcome]:
+    """Point-cloud readings that are all bare table (the plane y = 0.05)."""
+    return [
+        result({"points": [[0.0, 0.05, 1.0]] * len(as_normalized_points(a["points_2d"]))}) for _, a in calls
+    ]
+
+
+def compatibility_replies(ring: object, spot: ToolOutcome | None = None) -> list[object]:
     return [
         [detected(0.2, 0.5), detected(0.6, 0.5), spot or detected(0.5, 0.6), DEPTH],
         [SEGMENTED],
@@ -190,6 +196,115 @@ def compatibility_replies(
     ]
 
 
+# A small tabletop to measure compatibility on: a level camera 40 cm above a table whose far edge may be
+# given; beyond it the floor lies 80 cm lower. Objects are upright boxes standing on the table.
+TABLE_Y, FLOOR_Y = 0.4, 1.2
+CAMERA = {"width": 640, "height": 480, "focal_length_px": 600.0, "depth_min": 0.5, "depth_max": 4.0}
+SPOT = (0.0, 1.5)  # the proposed spot's (x, z) on the table
+
+
+@dataclass(frozen=True)
+class Block:
+    """An upright box on the table: centre (x, z), sides along x and z, height."""
+
+    x: float
+    z: float
+    size_x: float
+    size_z: float
+    height: float
+
+    def corners(self) -> list[tuple[float, float, float]]:
+        bottom = [
+            (self.x + sx * self.size_x / 2, TABLE_Y, self.z + sz * self.size_z / 2)
+            for sx, sz in ((-1, -1), (1, -1), (1, 1), (-1, 1))
+        ]
+        return bottom + [(x, y - self.height, z) for x, y, z in bottom]
+
+    def hit(self, ray: np.ndarray) -> float | None:
+        """Where a camera ray first enters the box (slab method), as a ray parameter."""
+        low = np.array([self.x - self.size_x / 2, TABLE_Y - self.height, self.z - self.size_z / 2])
+        high = np.array([self.x + self.size_x / 2, TABLE_Y, self.z + self.size_z / 2])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t0, t1 = low / ray, high / ray
+        near, far = np.nanmax(np.minimum(t0, t1)), np.nanmin(np.maximum(t0, t1))
+        return float(near) if near <= far and near > 0 else None
+
+
+def cast(u: float, v: float, blocks: list[Block], table_far_z: float) -> list[float]:
+    """The camera-frame point the camera sees at a normalized image point (what the point cloud holds)."""
+    ray = np.array([(u - 0.5) * 640 / 600, (v - 0.5) * 480 / 600, 1.0])
+    hits = [t for t in (block.hit(ray) for block in blocks) if t is not None]
+    table = TABLE_Y / ray[1] if ray[1] > 0 else np.inf
+    if table * ray[2] > table_far_z:
+        table = FLOOR_Y / ray[1] if ray[1] > 0 else 100.0
+    return (ray * min([table, *hits])).tolist()
+
+
+def measured_fit(item: Block, anchor: Block, others: list[Block], table_far_z: float = 9.0) -> str:
+    """The expert's answer on the tabletop, every tool reply computed from the scene."""
+    blocks = [item, anchor, *others]
+
+    def project(point: tuple[float, float, float]) -> tuple[float, float]:
+        return (0.5 + 600 * point[0] / (point[2] * 640), 0.5 + 600 * point[1] / (point[2] * 480))
+
+    def fitted(block: Block) -> ToolOutcome:
+        corners = block.corners()
+        return result({"corners_3d": [list(c) for c in corners], "corners_2d": [project(c) for c in corners]})
+
+    def read(calls: list[tuple[str, dict]]) -> list[ToolOutcome]:
+        assert {name for name, _ in calls} == {"vision_ops.project_2d_points_to_3d"}
+        replies = []
+        for _, arguments in calls:
+            pixels = as_normalized_points(arguments["points_2d"])
+            replies.append(result({"points": [cast(u, v, blocks, table_far_z) for u, v in pixels]}))
+        return replies
+
+    question = f"Can the {NAMES[0]} fit left of the {NAMES[1]}? Answer yes or no."
+    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
+    spot = detected(*project((SPOT[0], TABLE_Y, SPOT[1])))
+    first = [detected(*project((item.x, TABLE_Y, item.z))), detected(*project((anchor.x, TABLE_Y, anchor.z)))]
+    _, answer, text = run_plan_full(
+        task,
+        [[*first, spot, result(CAMERA)], [SEGMENTED], [fitted(item)], [SEGMENTED], [fitted(anchor)], read],
+    )
+    assert "Fallback" not in text
+    return answer
+
+
+ANCHOR = Block(0.35, 1.5, 0.12, 0.12, 0.1)  # right of the spot
+CUBE = Block(-0.6, 2.0, 0.08, 0.08, 0.08)  # stands elsewhere; it is the one moved
+TRAY = Block(-0.5, 2.2, 0.40, 0.10, 0.03)  # long along x
+TRAY_ALONG_Z = Block(-0.5, 2.2, 0.10, 0.40, 0.03)
+
+
+def ring_of_blocks(radius: float) -> list[Block]:
+    """Eight 4 cm blocks around the spot (the anchor stands further right)."""
+    angles = np.radians(np.arange(0, 360, 45))
+    return [
+        Block(SPOT[0] + radius * np.cos(a), SPOT[1] + radius * np.sin(a), 0.04, 0.04, 0.06) for a in angles
+    ]
+
+
+@pytest.mark.parametrize(
+    ("item", "others", "table_far_z", "expected"),
+    [
+        pytest.param(CUBE, [], 9.0, "Yes", id="bare table"),
+        pytest.param(TRAY, [], 9.0, "Yes", id="large tray on bare table"),
+        pytest.param(CUBE, ring_of_blocks(0.12), 9.0, "Yes", id="small item inside a ring of blocks"),
+        pytest.param(TRAY, ring_of_blocks(0.12), 9.0, "No", id="tray whose corners reach the ring"),
+        pytest.param(CUBE, [Block(0.0, 1.5, 0.03, 0.03, 0.05)], 9.0, "No", id="a block on the spot"),
+        pytest.param(CUBE, [Block(-0.09, 1.5, 0.03, 0.03, 0.05)], 9.0, "Yes", id="a block 3 cm away"),
+        pytest.param(TRAY_ALONG_Z, [], 1.57, "Yes", id="fits turned 90 degrees before the table edge"),
+        pytest.param(CUBE, [], 1.53, "No", id="overhangs the table edge"),
+    ],
+)
+def test_compatibility_measures_the_whole_footprint(
+    item: Block, others: list[Block], table_far_z: float, expected: str
+) -> None:
+    """Fixed tabletops with known answers: the cases the inscribed circle got wrong included."""
+    assert measured_fit(item, ANCHOR, others, table_far_z) == expected
+
+
 @pytest.mark.parametrize("template", templates.COMPATIBILITY)
 @pytest.mark.parametrize(
     ("side", "expected_phrase"),
@@ -198,47 +313,19 @@ def compatibility_replies(
         ("behind", f"free space behind the {NAMES[1]} where the {NAMES[0]} can be placed"),
     ],
 )
-def test_compatibility_measures_the_space_at_the_proposed_spot(
+def test_compatibility_asks_for_a_spot_and_reads_the_point_cloud_there(
     template: str, side: str, expected_phrase: str
 ) -> None:
     question = template.format(a=NAMES[0], b=NAMES[1], side=side) + " " + templates.YES_NO_INSTRUCTION
     task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
-    turns, answer = run_plan(task, compatibility_replies([ON_TABLE] * 16))
+    turns, answer = run_plan(task, compatibility_replies(lambda calls: [error()] * len(calls)))
     assert turns[0][2] == ("roborefer.detect_one", {"obj_name": expected_phrase, "image_index": 0})
     assert turns[0][3][0] == "depth_estimator.estimate_depth_with_pointcloud"
-    assert [name for name, _ in turns[5]] == ["vision_ops.index_at"] * 16
-    assert {arguments["data"] for _, arguments in turns[5]} == {"$point_cloud"}
-    assert answer == "Yes"
-
-
-@pytest.mark.parametrize(
-    ("odd_one", "expected"), [(OBSTACLE, "No"), (OFF_TABLE, "No"), (ANCHOR_SEEN, "Yes"), (error(), "Yes")]
-)
-def test_compatibility_is_no_when_the_footprint_meets_an_obstacle_or_the_table_edge(
-    odd_one: ToolOutcome, expected: str
-) -> None:
-    question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
-    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
-    _, answer, text = run_plan_full(task, compatibility_replies([ON_TABLE] * 15 + [odd_one]))
-    assert answer == expected and "Fallback" not in text
-
-
-def test_the_ring_surrounds_the_spot_on_the_table_plane() -> None:
-    question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
-    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
-    turns, _ = run_plan(task, compatibility_replies([ON_TABLE] * 16))
-    pixels = np.array([[args["u"], args["v"]] for _, args in turns[5]])
-    np.testing.assert_allclose(pixels.mean(axis=0), [0.5, 0.6], atol=0.02)  # around the spot
-    assert np.ptp(pixels[:, 0]) > 0.15  # 11.5 cm across at 62.5 cm from the camera, 60 px focal length
-
-
-def test_a_footprint_leaving_the_image_is_not_free_space() -> None:
-    """The visible table is where a placement must fit: what lies outside the image is not read."""
-    question = f"Can the {NAMES[0]} fit in front of the {NAMES[1]}? Answer yes or no."
-    task = make_task("spatialsim_robospatial", question, qa_type="compatibility")
-    replies = compatibility_replies([ON_TABLE] * 16, spot=detected(0.5, 0.97))
-    turns, answer = run_plan(task, [*replies[:5], [ON_TABLE] * 9])  # 7 of the 16 points are off the image
-    assert answer == "No" and len(turns[5]) == 9
+    assert {name for name, _ in turns[5]} == {"vision_ops.project_2d_points_to_3d"}
+    assert {arguments["depth"] for _, arguments in turns[5]} == {"$point_cloud"}
+    pixels = np.concatenate([as_normalized_points(arguments["points_2d"]) for _, arguments in turns[5]])
+    np.testing.assert_allclose(np.median(pixels, axis=0), [0.5, 0.6], atol=0.03)  # around the spot
+    assert answer == "No"  # nothing was read, so nothing is known to be free
 
 
 def test_compatibility_without_a_spot_is_a_marked_fallback() -> None:
@@ -477,7 +564,7 @@ def test_the_expert_never_reads_the_scene_from_the_task_metadata() -> None:
     question = f"Can the {NAMES[0]} fit right of the {NAMES[1]}? Answer yes or no."
     task = make_task("spatialsim_robospatial", question)
     task.extra_info = NoScene(qa_type="compatibility", scene='{"seed": 1}')
-    _, answer = run_plan(task, compatibility_replies([ON_TABLE] * 16))
+    _, answer = run_plan(task, compatibility_replies(bare_table))
     assert answer == "Yes"
     options = list(NAMES)
     depth_task = make_task(

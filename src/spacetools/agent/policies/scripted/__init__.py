@@ -3,7 +3,8 @@
 - `replay`: re-running a plan over the episode's tool results; the turn formats; fallback marking.
 - `questions`: reading the benchmarks' wordings and the task's public metadata.
 - `measure`: the calls the plans make and how their structured results (``value``) are read.
-- `plans_spatial`, `plans_vision`: one plan per task family.
+- `plans_spatial`, `plans_compatibility`, `plans_vision`: one plan per task family (compatibility
+  measures free table space, so it has a module of its own).
 - `policy`: `ScriptedPolicy` and the choice of plan.
 """
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from spacetools.agent.policies.scripted.plans_compatibility import plan_compatibility
 from spacetools.agent.policies.scripted.plans_spatial import (
-    plan_compatibility,
     plan_configuration,
     plan_free_space_point,
     plan_location,
