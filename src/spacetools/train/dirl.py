@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from spacetools.agent.protocol import build_system_prompt
-from spacetools.bench.evaluate import EvalConfig, evaluate_async
+from spacetools.agent.rollout import RolloutConfig
+from spacetools.bench.evaluate import EVAL_CONCURRENCY, EvalConfig, evaluate_async
 from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
 from spacetools.toolshed.shed import Toolshed
@@ -53,10 +55,14 @@ class DIRLRun:
             return
         folder.mkdir(parents=True, exist_ok=True)
         self.report(f"[{name}] …")
+        started = time.perf_counter()
         result = work(folder)
         if asyncio.iscoroutine(result):
             await result
-        (folder / DONE).write_text("", encoding="utf-8")
+        seconds = time.perf_counter() - started
+        # Wall time of the stage's last (possibly resumed) run, for the per-stage report.
+        (folder / DONE).write_text(json.dumps({"wall_s": round(seconds, 1)}) + "\n", encoding="utf-8")
+        self.report(f"[{name}] done in {seconds:.0f} s")
 
     # The data sets and paths every stage shares.
     @property
@@ -136,7 +142,12 @@ class DIRLRun:
     async def _evaluate(self, model: Path, folder: Path) -> None:
         from spacetools.agent.policies import make_policy
 
-        policy = make_policy("hf", model_path=str(model), device=self.config.device)
+        policy = make_policy(
+            "hf",
+            model_path=str(model),
+            device=self.config.device,
+            max_new_tokens=self.config.eval_max_new_tokens,
+        )
         config = EvalConfig(
             data=self.eval_data,
             out=folder,
@@ -145,6 +156,12 @@ class DIRLRun:
             profile=self.config.profile,
             seed=self.config.seed,
             report=True,
+            # The prompt and limits the model was trained with (a different prompt is another task).
+            rollout=RolloutConfig(
+                system_prompt=self.config.system_prompt,
+                max_turns=self.config.eval_max_turns,
+                concurrency=EVAL_CONCURRENCY,
+            ),
         )
         summary = await evaluate_async(policy, config=config)
         summary.save(folder / "summary.json")
