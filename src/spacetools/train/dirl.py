@@ -219,6 +219,13 @@ class DIRLRun:
         await train_grpo_async(config)
 
 
+def valid_turn_rate(summary: Summary) -> float:
+    """The share of the model's turns in an evaluation that parsed as a tool call or an answer."""
+    turns = sum(bench.turns_mean * bench.n for bench in summary.benchmarks.values())
+    errors = sum(bench.parse_errors for bench in summary.benchmarks.values())
+    return 1.0 - errors / turns if turns else 0.0
+
+
 def run_dirl(config: DIRLConfig, out: Path, report: Report = print) -> dict[str, Summary]:
     """Run (or continue) DIRL into `out`; returns the evaluation summary after each stage."""
     # Held-out questions must not be the training questions.
