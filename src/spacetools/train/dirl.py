@@ -181,16 +181,36 @@ class DIRLRun:
             }
         )
 
+    @property
+    def _irl_benches(self) -> list[str]:
+        return [f"spatialsim_{family}" for family in self.config.irl_families]
+
     async def _irl_teacher(self, folder: Path) -> None:
-        benches = [f"spatialsim_{family}" for family in self.config.irl_families]
         config = self._grpo_config(
-            self.config.irl, self.base_model, folder, toolset=self.config.irl_toolset, benches=benches
+            self.config.irl,
+            self.base_model,
+            folder,
+            toolset=self.config.irl_toolset,
+            benches=self._irl_benches,
         )
         await train_grpo_async(config)
 
     async def _irl_traces(self, folder: Path) -> None:
-        teacher = {"teacher": str(self.stage_dir("irl_teacher") / "model")}
-        config = self._traces_config(teacher, folder / "traces.jsonl")
+        # The IRL teacher answers the questions it was trained on, with the limits it was trained with.
+        irl = GRPOConfig.model_fields
+        teacher = {
+            "teacher": str(self.stage_dir("irl_teacher") / "model"),
+            "teacher_options": {
+                "device": self.config.device,
+                "max_new_tokens": self.config.irl.get("max_new_tokens", irl["max_new_tokens"].default),
+            },
+        }
+        config = self._traces_config(
+            teacher,
+            folder / "traces.jsonl",
+            benches=self._irl_benches,
+            max_turns=self.config.irl.get("max_turns", irl["max_turns"].default),
+        )
         counts = await collect_traces_async(config)
         (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
 
