@@ -243,7 +243,8 @@ def valid_turn_rate(summary: Summary) -> float:
     """The share of the model's turns in an evaluation that parsed as a tool call or an answer."""
     turns = sum(bench.turns_mean * bench.n for bench in summary.benchmarks.values())
     errors = sum(bench.parse_errors for bench in summary.benchmarks.values())
-    return 1.0 - errors / turns if turns else 0.0
+    # A turn can hold several malformed calls (each counted), so the rate is bounded below by 0.
+    return max(0.0, 1.0 - errors / turns) if turns else 0.0
 
 
 def run_dirl(config: DIRLConfig, out: Path, report: Report = print) -> dict[str, Summary]:
