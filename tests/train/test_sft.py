@@ -82,6 +82,10 @@ def test_sft_learns_and_a_resumed_run_ends_like_an_unbroken_one(
     unbroken = tmp_path / "unbroken"
     trained = train_sft(_config(tiny_model, traces, unbroken))
     assert (trained / "config.json").is_file()
+    # The trained folder loads as the model's processor again (not as a bare tokenizer): the next stage
+    # and `spacetools eval --policy hf` read it.
+    reloaded = load_processor(trained)
+    assert reloaded.image_processor is not None and reloaded.tokenizer is not None
     losses = _losses(unbroken)
     assert len(losses) == 8  # 2 steps per epoch, 4 epochs
     assert losses[-1] < losses[0]

@@ -87,3 +87,14 @@ def test_sources_mix_at_their_weights_without_repeating_rows(tmp_path: Path) -> 
     assert taken == {str(irl): 3, str(universal): 9}
     ids = [json.loads(line)["id"] for line in (tmp_path / "mix.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 12
+
+
+def test_an_empty_source_is_left_out_of_the_mix_and_all_empty_is_an_error(tmp_path: Path) -> None:
+    irl, universal = tmp_path / "irl.jsonl", tmp_path / "universal.jsonl"
+    irl.write_text("")
+    universal.write_text("".join(json.dumps({"id": f"u{k}"}) + "\n" for k in range(4)))
+    taken = mix_traces({irl: 1, universal: 3}, tmp_path / "mix.jsonl", seed=0)
+    assert taken == {str(irl): 0, str(universal): 4}
+    universal.write_text("")
+    with pytest.raises(ValueError, match="every source is empty"):
+        mix_traces({irl: 1, universal: 3}, tmp_path / "mix.jsonl", seed=0)

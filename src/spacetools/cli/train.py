@@ -131,7 +131,7 @@ def dirl(
 ) -> None:
     """The whole DIRL recipe: traces, SFT, GRPO with live tools, an evaluation after each stage."""
     from spacetools.bench.summary import format_metrics
-    from spacetools.train.dirl import run_dirl
+    from spacetools.train.dirl import run_dirl, valid_turn_rate
 
     settings = _config(DIRLConfig, config)
     summaries = _run(lambda: run_dirl(settings, check_out_folder(out), report=typer.echo))
@@ -143,6 +143,7 @@ def dirl(
             for s in summaries.values()
         ]
         table.add_row(key, *cells)
+    table.add_row("valid turn rate", *(f"{valid_turn_rate(s):.2f}" for s in summaries.values()))
     Console().print(table)
     typer.echo(f"plots: {out}/*.png  TensorBoard: {out}/tensorboard")
 

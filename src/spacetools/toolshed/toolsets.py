@@ -39,7 +39,9 @@ V1: list[ToolDeployment] = [
 ROBOT = ToolDeployment(tool="spacetools.tools.robot:RobotTool", instances=1, backend="process", timeout_s=300)
 V2: list[ToolDeployment] = [*V1, ROBOT]
 
-TOOLSETS: dict[str, list[ToolDeployment]] = {"v1": V1, "v2": V2}
+# Stage 1 of DIRL trains the IRL teacher with one pointing tool only (the paper's RoboRefer teacher).
+POINTING: list[ToolDeployment] = [V1[0]]
+TOOLSETS: dict[str, list[ToolDeployment]] = {"v1": V1, "v2": V2, "pointing": POINTING}
 TOOLSET_NAMES: tuple[str, ...] = tuple(TOOLSETS)
 DEFAULT_PROFILE = "exact"
 

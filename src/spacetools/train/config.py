@@ -171,6 +171,8 @@ class DIRLConfig(BaseModel):
     sft: dict[str, Any] = Field(default_factory=dict)
     grpo: dict[str, Any] = Field(default_factory=dict)
     eval_limit: PositiveInt | None = None
+    eval_max_new_tokens: PositiveInt = Field(128, description="tokens per turn in the evaluations")
+    eval_max_turns: PositiveInt = 4
     profile: str = "exact"
     seed: int = Field(0, ge=0)
     device: str = "cpu"

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from spacetools.agent.protocol import build_system_prompt
-from spacetools.bench.evaluate import EvalConfig, evaluate_async
+from spacetools.agent.rollout import RolloutConfig
+from spacetools.bench.evaluate import EVAL_CONCURRENCY, EvalConfig, evaluate_async
 from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
 from spacetools.toolshed.shed import Toolshed
@@ -53,10 +55,14 @@ class DIRLRun:
             return
         folder.mkdir(parents=True, exist_ok=True)
         self.report(f"[{name}] …")
+        started = time.perf_counter()
         result = work(folder)
         if asyncio.iscoroutine(result):
             await result
-        (folder / DONE).write_text("", encoding="utf-8")
+        seconds = time.perf_counter() - started
+        # Wall time of the stage's last (possibly resumed) run, for the per-stage report.
+        (folder / DONE).write_text(json.dumps({"wall_s": round(seconds, 1)}) + "\n", encoding="utf-8")
+        self.report(f"[{name}] done in {seconds:.0f} s")
 
     # The data sets and paths every stage shares.
     @property
@@ -136,7 +142,12 @@ class DIRLRun:
     async def _evaluate(self, model: Path, folder: Path) -> None:
         from spacetools.agent.policies import make_policy
 
-        policy = make_policy("hf", model_path=str(model), device=self.config.device)
+        policy = make_policy(
+            "hf",
+            model_path=str(model),
+            device=self.config.device,
+            max_new_tokens=self.config.eval_max_new_tokens,
+        )
         config = EvalConfig(
             data=self.eval_data,
             out=folder,
@@ -145,6 +156,12 @@ class DIRLRun:
             profile=self.config.profile,
             seed=self.config.seed,
             report=True,
+            # The prompt and limits the model was trained with (a different prompt is another task).
+            rollout=RolloutConfig(
+                system_prompt=self.config.system_prompt,
+                max_turns=self.config.eval_max_turns,
+                concurrency=EVAL_CONCURRENCY,
+            ),
         )
         summary = await evaluate_async(policy, config=config)
         summary.save(folder / "summary.json")
@@ -164,16 +181,36 @@ class DIRLRun:
             }
         )
 
+    @property
+    def _irl_benches(self) -> list[str]:
+        return [f"spatialsim_{family}" for family in self.config.irl_families]
+
     async def _irl_teacher(self, folder: Path) -> None:
-        benches = [f"spatialsim_{family}" for family in self.config.irl_families]
         config = self._grpo_config(
-            self.config.irl, self.base_model, folder, toolset=self.config.irl_toolset, benches=benches
+            self.config.irl,
+            self.base_model,
+            folder,
+            toolset=self.config.irl_toolset,
+            benches=self._irl_benches,
         )
         await train_grpo_async(config)
 
     async def _irl_traces(self, folder: Path) -> None:
-        teacher = {"teacher": str(self.stage_dir("irl_teacher") / "model")}
-        config = self._traces_config(teacher, folder / "traces.jsonl")
+        # The IRL teacher answers the questions it was trained on, with the limits it was trained with.
+        irl = GRPOConfig.model_fields
+        teacher = {
+            "teacher": str(self.stage_dir("irl_teacher") / "model"),
+            "teacher_options": {
+                "device": self.config.device,
+                "max_new_tokens": self.config.irl.get("max_new_tokens", irl["max_new_tokens"].default),
+            },
+        }
+        config = self._traces_config(
+            teacher,
+            folder / "traces.jsonl",
+            benches=self._irl_benches,
+            max_turns=self.config.irl.get("max_turns", irl["max_turns"].default),
+        )
         counts = await collect_traces_async(config)
         (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
 
@@ -200,6 +237,14 @@ class DIRLRun:
     async def _grpo(self, folder: Path) -> None:
         config = self._grpo_config(self.config.grpo, self.stage_dir("sft") / "model", folder)
         await train_grpo_async(config)
+
+
+def valid_turn_rate(summary: Summary) -> float:
+    """The share of the model's turns in an evaluation that parsed as a tool call or an answer."""
+    turns = sum(bench.turns_mean * bench.n for bench in summary.benchmarks.values())
+    errors = sum(bench.parse_errors for bench in summary.benchmarks.values())
+    # A turn can hold several malformed calls (each counted), so the rate is bounded below by 0.
+    return max(0.0, 1.0 - errors / turns) if turns else 0.0
 
 
 def run_dirl(config: DIRLConfig, out: Path, report: Report = print) -> dict[str, Summary]:

@@ -67,6 +67,8 @@ def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -
         example = encode_episode(processor, row["messages"], images)
         if len(example.ids) <= config.max_tokens:
             examples.append(example)
+    if not rows:
+        raise ValueError(f"{config.data}: no episodes to train on")
     if not examples:
         raise ValueError(f"{config.data}: no episode fits in {config.max_tokens} tokens")
 

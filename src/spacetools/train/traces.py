@@ -120,15 +120,19 @@ def mix_traces(sources: dict[Path, float], out: Path, *, seed: int = 0) -> dict[
     """Mix SFT data sets at the given weights: as many rows as the weights allow without repeating any.
 
     With weights {irl: 1, universal: 3}, the mix holds k rows of the first and 3k of the second for the
-    largest k both can give; rows are shuffled with `seed`. Returns the rows taken per source.
+    largest k both can give; rows are shuffled with `seed`. Returns the rows taken per source. A source
+    with no rows (a teacher that answered nothing correctly) is left out rather than emptying the mix.
     """
     rows = {path: path.read_text(encoding="utf-8").splitlines() for path in sources}
-    scale = min(len(rows[path]) / weight for path, weight in sources.items() if weight > 0)
+    given = [len(rows[path]) / weight for path, weight in sources.items() if weight > 0 and rows[path]]
+    if not given:
+        raise ValueError(f"no rows to mix: every source is empty ({', '.join(map(str, sources))})")
+    scale = min(given)
     rng = np.random.default_rng(seed)
     taken: dict[str, int] = {}
     mixed: list[str] = []
     for path, weight in sources.items():
-        count = int(scale * weight)
+        count = min(len(rows[path]), int(scale * weight + 1e-9))  # the epsilon: 4/3 * 3 is 4
         chosen = rng.permutation(len(rows[path]))[:count]
         mixed.extend(rows[path][i] for i in chosen)
         taken[str(path)] = count

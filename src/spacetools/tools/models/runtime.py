@@ -164,8 +164,9 @@ def load_processor(path: Path | str) -> Any:
 
     try:
         return AutoProcessor.from_pretrained(path, local_files_only=True)
-    except ImportError as error:
-        if "torchvision" not in str(error).lower():
+    except (ImportError, OSError) as error:
+        # A folder saved by the processor below has no video processor config to load either.
+        if "torchvision" not in str(error).lower() and "video processor" not in str(error).lower():
             raise
         missing_torchvision = error
     model_type = AutoConfig.from_pretrained(path, local_files_only=True).model_type
@@ -193,4 +194,6 @@ def _without_video(processor_cls: Any) -> Any:
             chat_template=chat_template,
         )
 
-    return type(f"{processor_cls.__name__}WithoutVideo", (processor_cls,), {"__init__": __init__})
+    # The parent's name: `save_pretrained` records it as `processor_class`, and AutoProcessor must find a
+    # class of that name when the saved folder is loaded again (else it silently returns the tokenizer).
+    return type(processor_cls.__name__, (processor_cls,), {"__init__": __init__})

@@ -1,0 +1,34 @@
+"""The DIRL run's own figures: the valid-turn rate of an evaluation, counted over all benchmarks' turns."""
+
+from __future__ import annotations
+
+import pytest
+
+from spacetools.bench.summary import BenchmarkSummary, Summary
+from spacetools.train.dirl import valid_turn_rate
+
+
+def _bench(key: str, n: int, turns_mean: float, parse_errors: int) -> BenchmarkSummary:
+    return BenchmarkSummary(
+        key=key,
+        n=n,
+        metrics={},
+        tool_calls_per_episode={},
+        tool_calls_mean=0.0,
+        tool_failures=0,
+        tool_failure_rate=0.0,
+        turns_mean=turns_mean,
+        parse_errors=parse_errors,
+        policy_errors=0,
+        finish_reasons={},
+        wall_s_total=0.0,
+        wall_s_mean=0.0,
+    )
+
+
+def test_valid_turn_rate_weights_each_benchmark_by_its_turns() -> None:
+    # 2 episodes x 3 turns with 3 bad, 4 episodes x 1 turn with none bad: 3 of 10 turns failed to parse.
+    benches = {"a": _bench("a", 2, 3.0, 3), "b": _bench("b", 4, 1.0, 0)}
+    summary = Summary(policy="hf", profile="exact", data="d", n=6, benchmarks=benches)
+    assert valid_turn_rate(summary) == pytest.approx(0.7)
+    assert valid_turn_rate(Summary(policy="hf", profile="exact", data="d", n=0)) == 0.0
