@@ -75,12 +75,13 @@ def test_recorded_ids_are_what_the_model_sampled_with_the_logprobs_it_sampled_th
             tokenizer.decode(turn, skip_special_tokens=True) for turn in _sampled_turns(example)
         ] == model_turns
         with torch.no_grad():
-            rescored = forward_logprobs(policy.model, example, "cpu")[0]
+            rescored = forward_logprobs(policy.model, example, "cpu", policy.blocked)[0]
         mask = example.mask.bool()
         assert example.logprobs is not None
         # Temperature 1 and no top-k: the sampling distribution is the model's own.
         assert torch.allclose(rescored[mask], example.logprobs[mask], atol=1e-4)
         assert (example.logprobs[~mask] == 0).all()
+        assert not set(example.ids[mask].tolist()) & set(policy.blocked)  # pixels are never written
     policy.forget()
     with pytest.raises(KeyError):
         policy.example("a#0")

@@ -58,12 +58,33 @@ def _text_of(content: Any) -> str:
     return "".join(part.get("text", "") for part in content if part.get("type") == "text")
 
 
-def forward_logprobs(model: Any, example: Example, device: str) -> torch.Tensor:
-    """`(1, T)` log-probabilities of the episode's tokens under `model` (0 at position 0)."""
+VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+
+
+def vision_token_ids(tokenizer: Any) -> list[int]:
+    """Ids of the tokens that stand for pixels: a policy must never write them (the processor does), or
+    the next forward pass finds an image slot with no image behind it."""
+    vocab = tokenizer.get_vocab()
+    return sorted(vocab[token] for token in VISION_TOKENS if token in vocab)
+
+
+def forward_logprobs(
+    model: Any, example: Example, device: str, blocked: list[int] | None = None
+) -> torch.Tensor:
+    """`(1, T)` log-probabilities of the episode's tokens under `model` (0 at position 0).
+
+    `blocked` token ids get no probability, as when they were suppressed while sampling, so the
+    distribution here is the one the tokens were sampled from.
+    """
     ids = example.ids.unsqueeze(0).to(device)  # (1, T)
     vision = {key: value.to(device) for key, value in example.vision.items()}
     logits = model(input_ids=ids, **vision).logits  # (1, T, V)
-    return token_logprobs(logits, ids)
+    if not blocked:
+        return token_logprobs(logits, ids)
+    logits = logits.float().index_fill(-1, torch.tensor(blocked, device=logits.device), float("-inf"))
+    logp = token_logprobs(logits, ids)
+    # The prompt's own image tokens now score -inf; they are context (mask 0), so give them 0.
+    return logp.masked_fill(torch.isinf(logp), 0.0)
 
 
 def join_vision(chunks: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

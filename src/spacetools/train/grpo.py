@@ -161,13 +161,15 @@ async def train_grpo_async(
                 kl = clip = policy_loss = 0.0
                 for example, advantage in zip(examples, advantages, strict=True):
                     mask = example.mask.unsqueeze(0).to(config.device)  # (1, T)
-                    logp = forward_logprobs(model, example, config.device)  # (1, T)
+                    logp = forward_logprobs(model, example, config.device, policy.blocked)  # (1, T)
                     assert example.logprobs is not None
                     old_logp = example.logprobs.unsqueeze(0).to(config.device)  # (1, T)
                     ref_logp = None
                     if reference is not None:
                         with torch.no_grad():
-                            ref_logp = forward_logprobs(reference, example, config.device)  # (1, T)
+                            ref_logp = forward_logprobs(
+                                reference, example, config.device, policy.blocked
+                            )  # (1, T)
                     out = grpo_loss(
                         logp,
                         old_logp,

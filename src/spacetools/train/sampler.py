@@ -19,7 +19,7 @@ import torch
 from spacetools.agent.chat import to_chat_messages
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
 from spacetools.agent.types import EpisodeState
-from spacetools.train.episodes import Example, join_vision
+from spacetools.train.episodes import Example, join_vision, vision_token_ids
 
 
 @dataclass
@@ -51,6 +51,7 @@ class TracingPolicy:
         self.max_new_tokens = max_new_tokens
         self.device = device
         self.native_tool_role = "<tool_response>" in str(processor.chat_template or "")
+        self.blocked = vision_token_ids(processor.tokenizer)  # never sampled: see `vision_token_ids`
         self._episodes: dict[str, _Episode] = {}
         self._lock = asyncio.Lock()  # one model: turns are generated one at a time
         # Each turn samples from its own seed (this, the episode id, the turn), so the tokens do not depend on
@@ -111,6 +112,7 @@ class TracingPolicy:
             temperature=self.temperature,
             top_k=0,
             top_p=1.0,
+            suppress_tokens=self.blocked or None,
             max_new_tokens=self.max_new_tokens,
             output_scores=True,
             return_dict_in_generate=True,
