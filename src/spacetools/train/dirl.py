@@ -140,10 +140,9 @@ class DIRLRun:
         build_tiny_vlm(folder, texts, **tiny.model_dump(), seed=self.config.seed)
 
     async def _evaluate(self, model: Path, folder: Path) -> None:
-        from spacetools.agent.policies import make_policy
+        from spacetools.agent.policies.hf import HFPolicy
 
-        policy = make_policy(
-            "hf",
+        policy = HFPolicy(
             model_path=str(model),
             device=self.config.device,
             max_new_tokens=self.config.eval_max_new_tokens,
@@ -163,7 +162,10 @@ class DIRLRun:
                 concurrency=EVAL_CONCURRENCY,
             ),
         )
-        summary = await evaluate_async(policy, config=config)
+        try:
+            summary = await evaluate_async(policy, config=config)
+        finally:
+            await policy.aclose()  # stops its batching task before the event loop ends
         summary.save(folder / "summary.json")
 
     def _grpo_config(self, settings: dict[str, Any], model: Path, out: Path, **extra: Any) -> GRPOConfig:
