@@ -90,7 +90,7 @@ async def collect_traces_async(
     `tools`: a started Toolshed (or client) to call instead of the one the config describes.
     """
     samples = load_samples(config.data, config.benches, config.limit)
-    policy = policy or teacher_policy(config)
+    teacher = policy or teacher_policy(config)
     rollout = RolloutConfig(
         max_turns=config.max_turns,
         max_tool_response_chars=config.max_tool_response_chars,
@@ -99,8 +99,11 @@ async def collect_traces_async(
     )
     inputs = [episode_input(sample, task_id) for task_id, sample in samples.items()]
     async with contextlib.AsyncExitStack() as stack:
+        close = getattr(teacher, "aclose", None)
+        if policy is None and close is not None:  # a teacher made here stops its model's tasks here
+            stack.push_async_callback(close)
         provider = tools if tools is not None else await stack.enter_async_context(tool_provider(config))
-        trajectories = await run_episodes(policy, provider, inputs, config=rollout)
+        trajectories = await run_episodes(teacher, provider, inputs, config=rollout)
     counts: dict[str, Counter[str]] = {}
     config.out.parent.mkdir(parents=True, exist_ok=True)
     with config.out.open("w", encoding="utf-8") as handle:
@@ -108,7 +111,7 @@ async def collect_traces_async(
             reason = rejection(trajectory, min_score(config, sample.data_source, sample.ground_truth))
             counts.setdefault(benchmark(sample.data_source).family, Counter())[reason or "kept"] += 1
             if reason is None:
-                handle.write(json.dumps(trace_row(trajectory, policy.name)) + "\n")
+                handle.write(json.dumps(trace_row(trajectory, teacher.name)) + "\n")
     return {family: dict(counter) for family, counter in sorted(counts.items())}
 
 
