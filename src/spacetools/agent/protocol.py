@@ -32,15 +32,16 @@ if TYPE_CHECKING:
 DEFAULT_MAX_TOOL_RESPONSE_CHARS = 2048
 TOOLS_PLACEHOLDER = "{tools}"
 
-DEFAULT_SYSTEM_PROMPT = """\
+PROMPT_INTRO = """\
 You are a spatial reasoning assistant. You answer questions about images precisely, with metric \
 and geometric care, and you may use vision and robot tools to measure what you cannot judge by eye.
 
 How to respond, in every turn:
 1. First reason step by step inside <think>...</think>.
-2. To use tools, write one or more calls, each inside its own <tool_call>...</tool_call> tags as a \
-JSON object {"name": <tool name>, "arguments": <object of arguments>}. Calls in the same turn run \
-in parallel; their results come back in order, each inside <tool_response>...</tool_response>.
+"""
+"""The opening of every system prompt (tag protocol and native function calling alike)."""
+
+PROMPT_ANSWER_AND_CONVENTIONS = """\
 3. When you know the answer, write it inside <answer>...</answer>, exactly in the format the question \
 asks for. A turn that contains an answer ends the conversation, so never answer and call tools in \
 the same turn.
@@ -52,7 +53,18 @@ responses say.
 - Tools store large results (masks, depth maps, point clouds, poses) as named variables. Pass them to \
 later tools by writing the name with a leading dollar sign as the argument value, e.g. "$point_cloud".
 - If a tool returns an error, read it and fix the call or try another approach.
+"""
+"""How to answer and the conventions of images, coordinates and variables, shared by every prompt."""
 
+DEFAULT_SYSTEM_PROMPT = (
+    PROMPT_INTRO
+    + """\
+2. To use tools, write one or more calls, each inside its own <tool_call>...</tool_call> tags as a \
+JSON object {"name": <tool name>, "arguments": <object of arguments>}. Calls in the same turn run \
+in parallel; their results come back in order, each inside <tool_response>...</tool_response>.
+"""
+    + PROMPT_ANSWER_AND_CONVENTIONS
+    + """
 # Tools
 
 You may call one or more functions to assist with the user query.
@@ -65,6 +77,7 @@ For each function call, return a json object with function name and arguments wi
 <tool_call>
 {"name": <function-name>, "arguments": <args-json-object>}
 </tool_call>"""
+)
 
 _TAGS = ("think", "tool_call", "answer")
 _TAG_RE = re.compile(r"<(/?)(think|tool_call|answer)>", re.IGNORECASE)

@@ -20,29 +20,19 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from spacetools.agent.protocol import PROMPT_ANSWER_AND_CONVENTIONS, PROMPT_INTRO
 from spacetools.agent.types import EpisodeState
 from spacetools.tools.definition import ToolSpec
 from spacetools.tools.function_names import FUNCTION_NAME_RE, FunctionNames
 
-NATIVE_SYSTEM_PROMPT = """\
-You are a spatial reasoning assistant. You answer questions about images precisely, with metric \
-and geometric care, and you may use vision and robot tools to measure what you cannot judge by eye.
-
-How to respond, in every turn:
-1. First reason step by step inside <think>...</think>.
+NATIVE_SYSTEM_PROMPT = (
+    PROMPT_INTRO
+    + """\
 2. To use tools, call one or more of the functions you are given. Calls in the same turn run in \
 parallel.
-3. When you know the answer, write it inside <answer>...</answer>, exactly in the format the question \
-asks for. A turn that contains an answer ends the conversation, so never answer and call tools in \
-the same turn.
-
-Conventions:
-- image_index 0 is the user's image; images that tools return get the next indices, as their \
-responses say.
-- Image coordinates are normalized: x from left to right and y from top to bottom, both in [0, 1].
-- Tools store large results (masks, depth maps, point clouds, poses) as named variables. Pass them to \
-later tools by writing the name with a leading dollar sign as the argument value, e.g. "$point_cloud".
-- If a tool returns an error, read it and fix the call or try another approach."""
+"""
+    + PROMPT_ANSWER_AND_CONVENTIONS.rstrip("\n")
+)
 
 _TOOL_CALL_BLOCK = re.compile(
     r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|$)", re.DOTALL | re.IGNORECASE
