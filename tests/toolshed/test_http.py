@@ -297,6 +297,28 @@ def test_remote_session_mirrors_the_session_api(base_url: str) -> None:
     asyncio.run(scenario())
 
 
+def test_pictures_of_one_turn_are_mirrored_whatever_order_their_answers_arrive_in(base_url: str) -> None:
+    # A turn's calls are separate requests: the server numbers their pictures in the order the tools
+    # finished, and the answers may reach the client in the other order.
+    first, second = IMAGE[:, ::-1].copy(), IMAGE[::-1].copy()
+
+    async def scenario() -> None:
+        async with RemoteToolshed(base_url) as shed:
+            session = shed.open_session([IMAGE])
+            await session.open()
+            later = ToolResult(text="b", images=[second], image_indices=[2])
+            earlier = ToolResult(text="a", images=[first], image_indices=[1])
+            session._mirror_tool_images([later])
+            assert later.image_indices == [2] and len(session.images) == 1  # waits for picture 1
+            session._mirror_tool_images([earlier])
+            assert earlier.image_indices == [1] and len(session.images) == 3
+            np.testing.assert_array_equal(session.images[1], first)
+            np.testing.assert_array_equal(session.images[2], second)
+            assert session.add_image(IMAGE) == 3  # after the tools' pictures: no index is taken twice
+
+    asyncio.run(scenario())
+
+
 def test_a_session_closed_outside_an_event_loop_is_released(base_url: str) -> None:
     async def opened() -> RemoteSession:
         async with RemoteToolshed(base_url) as shed:
@@ -386,6 +408,6 @@ def test_serve_runs_the_v1_tools_with_the_same_results_as_in_process() -> None:
         # then re-raises the signal, so the exit status is -SIGTERM).
         log = server.communicate(timeout=60)[1].decode()
         assert "Application shutdown complete" in log, log[-2000:]
-    assert remote.finish_reason == "answer" and remote.answer == local.answer, remote.error
-    assert [call.name for call in remote.tool_calls][-1] == "grasp_generator.compute_grasp"
     assert [call.result_text for call in remote.tool_calls] == [call.result_text for call in local.tool_calls]
+    assert [call.name for call in remote.tool_calls][-1] == "grasp_generator.compute_grasp"
+    assert remote.finish_reason == "answer" and remote.answer == local.answer, remote.error

@@ -90,7 +90,7 @@ def test_serve_on_ray_runs_the_v1_tools_with_the_same_results_as_worker_processe
         server.terminate()
         log = server.communicate(timeout=60)[1].decode()
         assert "Application shutdown complete" in log, log[-2000:]
-    assert remote.finish_reason == "answer" and remote.answer == local.answer
-    assert [call.name for call in remote.tool_calls][-1] == "grasp_generator.compute_grasp"
     assert [call.result_text for call in remote.tool_calls] == [call.result_text for call in local.tool_calls]
+    assert [call.name for call in remote.tool_calls][-1] == "grasp_generator.compute_grasp"
+    assert remote.finish_reason == "answer" and remote.answer == local.answer
     assert 'spacetools_toolshed_tool_calls_total{backend="ray",tool="grasp_generator"} 1.0' in metrics

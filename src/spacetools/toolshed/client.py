@@ -71,6 +71,7 @@ class RemoteSession:
         self._seed = seed
         self._id: str | None = None
         self._uploaded = 0  # images the server session holds (the first ones of self._images)
+        self._arriving: dict[int, np.ndarray] = {}  # tool pictures whose predecessors are still running
         self._sync_lock = asyncio.Lock()
         self._closed = False
 
@@ -169,26 +170,19 @@ class RemoteSession:
     def _mirror_tool_images(self, results: list[ToolResult]) -> None:
         """The server session kept the tools' pictures; hold them here at the same indices.
 
-        A turn's calls run in parallel, so their pictures are numbered in the order they finished.
+        A turn's calls run in parallel and may answer in any order, so a picture whose predecessors
+        have not arrived yet waits in `_arriving` until the indices before it are filled.
         """
-        pairs = [
-            pair
-            for result in results
-            if len(result.images) == len(result.image_indices)
-            for pair in zip(result.image_indices, result.images, strict=True)
-        ]
-        pairs.sort(key=lambda pair: pair[0])
-        start = len(self._images)
-        if self._uploaded != start or [index for index, _ in pairs] != list(range(start, start + len(pairs))):
-            for result in results:  # pictures not fetched (or out of step): not mirrored here
-                result.image_indices = []
-            return
         for result in results:
-            if len(result.images) != len(result.image_indices):
-                result.image_indices = []
-        self._images.extend(image for _, image in pairs)
-        self._attachments.extend({} for _ in pairs)
-        self._uploaded += len(pairs)
+            fetched = len(result.images) == len(result.image_indices)
+            if not fetched or any(index < len(self._images) for index in result.image_indices):
+                result.image_indices = []  # pictures not fetched (or out of step): not mirrored here
+                continue
+            self._arriving.update(zip(result.image_indices, result.images, strict=True))
+        while self._uploaded == len(self._images) and len(self._images) in self._arriving:
+            self._images.append(self._arriving.pop(len(self._images)))
+            self._attachments.append({})
+            self._uploaded += 1
 
     def close(self) -> None:
         """Release the session; the server-side release runs in the background."""
