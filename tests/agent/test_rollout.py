@@ -163,6 +163,7 @@ def test_malformed_output_is_answered_with_errors_and_counted() -> None:
     )
     assert result.parse_errors == 4
     assert result.stats["parse_errors_by_kind"] == {"bad_json": 2, "unknown_tool": 1, "no_answer": 1}
+    assert result.stats["invalid_turns"] == 3  # one bad call spoils a turn; a flood is one bad turn
     responses = [message_text(m) for m in result.messages if m["role"] == "tool"]
     assert len(responses) == 5
     assert responses[0] == "<tool_response>\nfine\n</tool_response>"
@@ -183,6 +184,7 @@ def test_turn_limit_and_per_turn_call_limit() -> None:
     assert (result.finish_reason, result.turns, result.answer) == ("max_turns", 3, None)
     assert len(result.tool_calls) == 6
     assert result.stats["parse_errors_by_kind"] == {"too_many_calls": 3}
+    assert result.stats["invalid_turns"] == 0  # well-formed calls past the limit are not the model's syntax
 
 
 def test_long_responses_are_cut_in_the_middle() -> None:

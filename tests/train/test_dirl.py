@@ -8,7 +8,7 @@ from spacetools.bench.summary import BenchmarkSummary, Summary
 from spacetools.train.dirl import valid_turn_rate
 
 
-def _bench(key: str, n: int, turns_mean: float, parse_errors: int) -> BenchmarkSummary:
+def _bench(key: str, n: int, turns_mean: float, invalid_turns: int) -> BenchmarkSummary:
     return BenchmarkSummary(
         key=key,
         n=n,
@@ -18,11 +18,12 @@ def _bench(key: str, n: int, turns_mean: float, parse_errors: int) -> BenchmarkS
         tool_failures=0,
         tool_failure_rate=0.0,
         turns_mean=turns_mean,
-        parse_errors=parse_errors,
+        parse_errors=5 * invalid_turns,  # a bad turn may hold many bad calls: turns are what count
         policy_errors=0,
         finish_reasons={},
         wall_s_total=0.0,
         wall_s_mean=0.0,
+        invalid_turns=invalid_turns,
     )
 
 

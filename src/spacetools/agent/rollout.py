@@ -117,6 +117,7 @@ class _Episode:
         self.tool_images: list[np.ndarray] = []
         self.parse_errors: Counter[str] = Counter()
         self.skipped_tool_calls = 0
+        self.invalid_turns = 0  # turns with a malformed call, or with neither a call nor an answer
         self.policy_s = 0.0
         self.tools_s = 0.0
 
@@ -192,6 +193,7 @@ class _Episode:
             "tool_errors_by_name": dict(errors_by_name),
             "parse_errors_by_kind": dict(self.parse_errors),
             "skipped_tool_calls": self.skipped_tool_calls,
+            "invalid_turns": self.invalid_turns,
             "images_added": len(self.tool_images),
             "policy_s": self.policy_s,
             "tools_s": self.tools_s,
@@ -236,6 +238,7 @@ async def _turns(
         if parsed.answer is not None:
             episode.skipped_tool_calls += parsed.block_count
             return "answer", parsed.answer
+        episode.invalid_turns += parsed.block_count == 0 or bool(parsed.errors)
         if parsed.block_count == 0:
             episode.parse_errors["no_answer"] += 1
             if not config.feedback_on_no_answer or state.turn >= config.max_turns:

@@ -38,6 +38,7 @@ class BenchmarkSummary:
     finish_reasons: dict[str, int]
     wall_s_total: float
     wall_s_mean: float
+    invalid_turns: int = 0  # turns that did not parse as tool calls or an answer
 
 
 @dataclass
@@ -116,6 +117,7 @@ def summarize_benchmark(key: str, rows: Sequence[dict[str, Any]]) -> BenchmarkSu
         finish_reasons=dict(sorted(Counter(t.get("finish_reason", "answer") for t in trajectories).items())),
         wall_s_total=float(sum(walls)),
         wall_s_mean=_mean(walls),
+        invalid_turns=sum(int(t.get("stats", {}).get("invalid_turns", 0)) for t in trajectories),
     )
 
 

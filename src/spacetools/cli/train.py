@@ -7,6 +7,7 @@ and rerunning the same command into the same folder continues the run.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +98,13 @@ def sft(
     config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
 ) -> None:
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only); resumable."""
+    from spacetools.train.monitor import StageMonitor
     from spacetools.train.sft import train_sft
 
     settings = _config(SFTConfig, config, model=model, data=data, out=check_out_folder(out))
-    typer.echo(f"trained model: {_run(lambda: train_sft(settings, progress=_progress('sft')))}")
+    with StageMonitor("sft", settings.out / "tensorboard", Console()) as progress:
+        trained = _run(lambda: train_sft(settings, progress=progress))
+    typer.echo(f"trained model: {trained}")
 
 
 @app.command()
@@ -115,11 +119,14 @@ def grpo(
 ) -> None:
     """Multi-turn GRPO with live tools; resumable."""
     from spacetools.train.grpo import train_grpo
+    from spacetools.train.monitor import StageMonitor
 
     settings = _config(
         GRPOConfig, config, model=model, data=data, out=check_out_folder(out), toolshed_url=toolshed_url
     )
-    typer.echo(f"trained model: {_run(lambda: train_grpo(settings, progress=_progress('grpo')))}")
+    with StageMonitor("grpo", settings.out / "tensorboard", Console()) as progress:
+        trained = _run(lambda: train_grpo(settings, progress=progress))
+    typer.echo(f"trained model: {trained}")
 
 
 @app.command()
@@ -130,27 +137,24 @@ def dirl(
     out: Path = typer.Option(..., "--out", help="Run folder; rerun the same command to continue it."),
 ) -> None:
     """The whole DIRL recipe: traces, SFT, GRPO with live tools, an evaluation after each stage."""
-    from spacetools.bench.summary import format_metrics
-    from spacetools.train.dirl import run_dirl, valid_turn_rate
+    from spacetools.train.dirl import EVALUATIONS, RESULTS_FILE, mean_headline, run_dirl, valid_turn_rate
+    from spacetools.train.gains import RewardGain
 
     settings = _config(DIRLConfig, config)
-    summaries = _run(lambda: run_dirl(settings, check_out_folder(out), report=typer.echo))
-    table = Table("benchmark", *summaries, title=f"DIRL: evaluation after each stage ({out})")
+    console = Console()
+    summaries = _run(lambda: run_dirl(settings, check_out_folder(out), report=typer.echo, console=console))
+    table = Table("benchmark (headline)", *(EVALUATIONS[stage] for stage in summaries), title=f"DIRL ({out})")
     keys = sorted({key for summary in summaries.values() for key in summary.benchmarks})
     for key in keys:
         cells = [
-            format_metrics(s.benchmarks[key].metrics) if key in s.benchmarks else ""
+            f"{s.benchmarks[key].metrics.get('headline', 0.0):.3f}" if key in s.benchmarks else ""
             for s in summaries.values()
         ]
         table.add_row(key, *cells)
+    table.add_row("mean", *(f"{mean_headline(s):.3f}" for s in summaries.values()))
     table.add_row("valid turn rate", *(f"{valid_turn_rate(s):.2f}" for s in summaries.values()))
-    Console().print(table)
-    typer.echo(f"plots: {out}/*.png  TensorBoard: {out}/tensorboard")
-
-
-def _progress(stage: str) -> Any:
-    def show(step: int, total: int, row: dict[str, Any]) -> None:
-        figures = ", ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float))
-        typer.echo(f"[{stage}] step {step}/{total}: {figures}")
-
-    return show
+    console.print(table)
+    gain = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))["stage2_reward_gain"]
+    if gain is not None:
+        typer.echo(f"stage 2 GRPO: {RewardGain.model_validate(gain).describe()}")
+    typer.echo(f"results: {out / RESULTS_FILE}  plots: {out}/*.png  TensorBoard: {out}/tensorboard")

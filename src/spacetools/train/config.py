@@ -170,6 +170,7 @@ class DIRLConfig(BaseModel):
     mix: dict[str, float] = Field(default_factory=lambda: {"irl": 1.0, "universal": 3.0})
     sft: dict[str, Any] = Field(default_factory=dict)
     grpo: dict[str, Any] = Field(default_factory=dict)
+    ablation: bool = Field(False, description="also train DIRL without stage 1 (the IRL teacher)")
     eval_limit: PositiveInt | None = None
     eval_max_new_tokens: PositiveInt = Field(128, description="tokens per turn in the evaluations")
     eval_max_turns: PositiveInt = 4

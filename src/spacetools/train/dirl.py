@@ -6,6 +6,10 @@ run killed with -9 anywhere ends with the same results as an unbroken one.
 
     data → universal traces → base model → eval(base) → stage-1 GRPO (one pointing tool: the IRL
     teacher) → IRL traces → mix → SFT → eval(sft) → stage-2 GRPO (all tools) → eval(dirl) → table, plots
+
+With `ablation: true` the run also trains DIRL without stage 1 (SFT on the universal teacher's traces
+alone, then stage 2): the evaluations then cover the paper's miniature ablation (untrained, SFT only,
+without the IRL teacher, full DIRL).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from spacetools.agent.protocol import build_system_prompt
 from spacetools.agent.rollout import RolloutConfig
 from spacetools.bench.evaluate import EVAL_CONCURRENCY, EvalConfig, evaluate_async
@@ -26,23 +32,41 @@ from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.train.checkpoint import METRICS_FILE
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, TracesConfig, record_config
+from spacetools.train.gains import RewardGain, reward_gain
 from spacetools.train.grpo import train_grpo_async
-from spacetools.train.plots import export_tensorboard, plot_stage
+from spacetools.train.monitor import StageMonitor
+from spacetools.train.plots import plot_stage, read_metrics
 from spacetools.train.sft import train_sft
 from spacetools.train.tiny import build_tiny_vlm
 from spacetools.train.traces import collect_traces_async, mix_traces
 
 DONE = "DONE"
+RESULTS_FILE = "results.json"
 Report = Callable[[str], None]
+# The evaluations of a run, in the order of the paper's ablation table, with their column names.
+EVALUATIONS = {
+    "eval_base": "untrained",
+    "eval_sft": "SFT only",
+    "eval_no_irl": "without stage 1",
+    "eval_dirl": "full DIRL",
+}
 
 
 class DIRLRun:
     """One DIRL run folder; `run()` does what is left to do."""
 
-    def __init__(self, config: DIRLConfig, out: Path, report: Report = print) -> None:
+    def __init__(
+        self, config: DIRLConfig, out: Path, report: Report = print, console: Console | None = None
+    ) -> None:
+        """`report` gets a line per stage; `console` (optional) shows progress bars within stages."""
         self.config = config
         self.out = out
         self.report = report
+        self.console = console
+
+    def monitor(self, stage: str) -> StageMonitor:
+        """The progress bar and live TensorBoard scalars of a training stage."""
+        return StageMonitor(stage, self.out / "tensorboard" / stage, self.console)
 
     def stage_dir(self, name: str) -> Path:
         return self.out / name
@@ -93,14 +117,36 @@ class DIRLRun:
         await self.stage("eval_sft", lambda folder: self._evaluate(self.stage_dir("sft") / "model", folder))
         await self.stage("grpo", self._grpo)
         await self.stage("eval_dirl", lambda folder: self._evaluate(self.stage_dir("grpo") / "model", folder))
-        for stage in ("irl_teacher", "sft", "grpo"):
+        trained = ["irl_teacher", "sft", "grpo"]
+        if config.ablation:
+            await self.stage("traces_no_irl", self._mix_without_irl)
+            if self._no_irl_is_full():
+                self.report("[ablation] the IRL teacher gave no trace: DIRL without stage 1 is the full run")
+            else:
+                await self.stage("sft_no_irl", lambda folder: self._sft(folder, "traces_no_irl"))
+                await self.stage("grpo_no_irl", lambda folder: self._grpo(folder, "sft_no_irl"))
+                await self.stage(
+                    "eval_no_irl",
+                    lambda folder: self._evaluate(self.stage_dir("grpo_no_irl") / "model", folder),
+                )
+                trained += ["sft_no_irl", "grpo_no_irl"]
+        for stage in trained:
             metrics = self.stage_dir(stage) / METRICS_FILE
             plot_stage(metrics, self.out / f"{stage}.png", f"{stage} ({self.out.name})")
-            export_tensorboard(metrics, self.out / "tensorboard" / stage)
-        return {
-            stage: Summary.load(self.stage_dir(stage) / "summary.json")
-            for stage in ("eval_base", "eval_sft", "eval_dirl")
+        folders = {
+            name: self._evaluation_folder(name)
+            for name in EVALUATIONS
+            if name != "eval_no_irl" or config.ablation
         }
+        summaries = {
+            name: Summary.load(self.stage_dir(folder) / "summary.json") for name, folder in folders.items()
+        }
+        gain = reward_gain(read_metrics(self.stage_dir("grpo") / METRICS_FILE))
+        write_results(self.out, summaries, folders, gain)
+        return summaries
+
+    def _evaluation_folder(self, name: str) -> str:
+        return "eval_dirl" if name == "eval_no_irl" and self._no_irl_is_full() else name
 
     def _data(self, folder: Path, families: list[str] | None) -> None:
         data = self.config.data
@@ -163,7 +209,7 @@ class DIRLRun:
             ),
         )
         try:
-            summary = await evaluate_async(policy, config=config)
+            summary = await evaluate_async(policy, config=config, console=self.console)
         finally:
             await policy.aclose()  # stops its batching task before the event loop ends
         summary.save(folder / "summary.json")
@@ -195,7 +241,8 @@ class DIRLRun:
             toolset=self.config.irl_toolset,
             benches=self._irl_benches,
         )
-        await train_grpo_async(config)
+        with self.monitor(folder.name) as progress:
+            await train_grpo_async(config, progress=progress)
 
     async def _irl_traces(self, folder: Path) -> None:
         # The IRL teacher answers the questions it was trained on, with the limits it was trained with.
@@ -224,34 +271,78 @@ class DIRLRun:
         taken = mix_traces(sources, folder / "traces.jsonl", seed=self.config.seed)
         (folder / "taken.json").write_text(json.dumps(taken, indent=2) + "\n", encoding="utf-8")
 
-    def _sft(self, folder: Path) -> None:
+    def _mix_without_irl(self, folder: Path) -> None:
+        universal = self.stage_dir("traces_universal") / "traces.jsonl"
+        taken = mix_traces({universal: 1.0}, folder / "traces.jsonl", seed=self.config.seed)
+        (folder / "taken.json").write_text(json.dumps(taken, indent=2) + "\n", encoding="utf-8")
+
+    def _no_irl_is_full(self) -> bool:
+        """Whether the mix without the IRL teacher holds the very rows of the full mix (no IRL trace kept)."""
+        rows = [
+            sorted((self.stage_dir(name) / "traces.jsonl").read_text(encoding="utf-8").splitlines())
+            for name in ("traces_mix", "traces_no_irl")
+        ]
+        return rows[0] == rows[1]
+
+    def _sft(self, folder: Path, traces: str = "traces_mix") -> None:
         settings = {"seed": self.config.seed, "device": self.config.device, **self.config.sft}
         config = SFTConfig.model_validate(
             {
                 "model": self.base_model,
-                "data": self.stage_dir("traces_mix") / "traces.jsonl",
+                "data": self.stage_dir(traces) / "traces.jsonl",
                 "out": folder,
                 **settings,
             }
         )
-        train_sft(config)
+        with self.monitor(folder.name) as progress:
+            train_sft(config, progress=progress)
 
-    async def _grpo(self, folder: Path) -> None:
-        config = self._grpo_config(self.config.grpo, self.stage_dir("sft") / "model", folder)
-        await train_grpo_async(config)
+    async def _grpo(self, folder: Path, start: str = "sft") -> None:
+        config = self._grpo_config(self.config.grpo, self.stage_dir(start) / "model", folder)
+        with self.monitor(folder.name) as progress:
+            await train_grpo_async(config, progress=progress)
 
 
 def valid_turn_rate(summary: Summary) -> float:
-    """The share of the model's turns in an evaluation that parsed as a tool call or an answer."""
+    """The share of the model's turns in an evaluation that parsed as tool calls or an answer."""
     turns = sum(bench.turns_mean * bench.n for bench in summary.benchmarks.values())
-    errors = sum(bench.parse_errors for bench in summary.benchmarks.values())
-    # A turn can hold several malformed calls (each counted), so the rate is bounded below by 0.
-    return max(0.0, 1.0 - errors / turns) if turns else 0.0
+    invalid = sum(bench.invalid_turns for bench in summary.benchmarks.values())
+    return 1.0 - invalid / turns if turns else 0.0
 
 
-def run_dirl(config: DIRLConfig, out: Path, report: Report = print) -> dict[str, Summary]:
+def mean_headline(summary: Summary) -> float:
+    """The mean of the benchmarks' headline scores (the paper's ablation averages its benchmarks)."""
+    scores = [bench.metrics.get("headline", 0.0) for bench in summary.benchmarks.values()]
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def write_results(
+    out: Path, summaries: dict[str, Summary], folders: dict[str, str], gain: RewardGain | None
+) -> None:
+    """`results.json`: per evaluation (and the stage folder it read) the mean headline and valid-turn rate,
+    and stage 2's reward gain."""
+    results = {
+        "evaluations": {
+            EVALUATIONS[name]: {
+                "stage": folders[name],
+                "mean_headline": mean_headline(summary),
+                "valid_turn_rate": valid_turn_rate(summary),
+                "headline": {
+                    key: bench.metrics.get("headline", 0.0) for key, bench in summary.benchmarks.items()
+                },
+            }
+            for name, summary in summaries.items()
+        },
+        "stage2_reward_gain": gain.model_dump() if gain is not None else None,
+    }
+    (out / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+def run_dirl(
+    config: DIRLConfig, out: Path, report: Report = print, console: Console | None = None
+) -> dict[str, Summary]:
     """Run (or continue) DIRL into `out`; returns the evaluation summary after each stage."""
     # Held-out questions must not be the training questions.
     if config.data.train_seed == config.data.eval_seed:
         raise ValueError("data.train_seed and data.eval_seed must differ (held-out questions)")
-    return asyncio.run(DIRLRun(config, out, report).run())
+    return asyncio.run(DIRLRun(config, out, report, console).run())

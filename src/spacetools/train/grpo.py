@@ -77,16 +77,29 @@ async def tool_provider(config: GRPOConfig | TracesConfig) -> AsyncIterator[Tool
 def step_metrics(trajectories: list[Trajectory], rewards: torch.Tensor, group_size: int) -> dict[str, Any]:
     """What a researcher watches per step: reward mean and spread, tool use, and how episodes ended."""
     calls = [len(t.tool_calls) for t in trajectories]
-    errors = sum(t.parse_errors for t in trajectories)
+    invalid = sum(int(t.stats.get("invalid_turns", 0)) for t in trajectories)
     turns = sum(t.turns for t in trajectories)
     return {
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
         "reward_group_std": float(rewards.view(-1, group_size).std(dim=1).mean()),
+        "rewards": [float(reward) for reward in rewards],  # per episode, for intervals over the run
         "calls_per_episode": float(np.mean(calls)),
-        "valid_turn_rate": 1.0 - errors / max(turns, 1),
+        "valid_turn_rate": 1.0 - invalid / max(turns, 1),
         "answered_rate": float(np.mean([t.answer is not None for t in trajectories])),
         "tool_time_s": float(sum(c.latency_s for t in trajectories for c in t.tool_calls)),
+    }
+
+
+def throughput(
+    episodes: int, tokens: int, generation_s: float, step_s: float, busy_s: float
+) -> dict[str, float]:
+    """Episodes and model tokens per second of a step, and the share of the step the model sat waiting
+    on tools (generation time in which the model was not generating: episodes run concurrently)."""
+    return {
+        "episodes_per_s": episodes / step_s if step_s > 0 else 0.0,
+        "tokens_per_s": tokens / generation_s if generation_s > 0 else 0.0,
+        "tool_wait_fraction": min(max(generation_s - busy_s, 0.0) / step_s, 1.0) if step_s > 0 else 0.0,
     }
 
 
@@ -147,6 +160,7 @@ async def train_grpo_async(
                 ]
                 model.eval()
                 policy.seed = config.seed * 1_000_003 + step
+                policy.busy_s = 0.0
                 trajectories = await run_episodes(policy, provider, inputs, config=rollout)
                 generated = time.perf_counter()
 
@@ -201,6 +215,9 @@ async def train_grpo_async(
                     "model_tokens": tokens,
                     "generation_s": generated - started,
                     "update_s": updated - generated,
+                    **throughput(
+                        len(trajectories), tokens, generated - started, updated - started, policy.busy_s
+                    ),
                 }
                 metrics.write(json.dumps(row) + "\n")
                 metrics.flush()

@@ -1,4 +1,4 @@
-"""What a researcher looks at after a run: reward and loss curves as PNG, and the metrics in TensorBoard."""
+"""What a researcher looks at after a run: reward and loss curves as PNG (TensorBoard is written live)."""
 
 from __future__ import annotations
 
@@ -43,14 +43,3 @@ def plot_stage(metrics: Path, out: Path, title: str) -> Path | None:
     figure.savefig(out, dpi=100)
     plt.close(figure)
     return out
-
-
-def export_tensorboard(metrics: Path, logdir: Path) -> None:
-    """Write a stage's metric rows as TensorBoard scalars (`<stage>/<name>` per step)."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    with SummaryWriter(str(logdir)) as writer:
-        for row in read_metrics(metrics):
-            for name, value in row.items():
-                if name not in ("stage", "step") and isinstance(value, int | float):
-                    writer.add_scalar(f"{row.get('stage', 'train')}/{name}", value, row["step"])

@@ -9,6 +9,7 @@ are keyed by task id: run the n samples of a GRPO group as tasks with distinct i
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ class TracingPolicy:
         # Each turn samples from its own seed (this, the episode id, the turn), so the tokens do not depend on
         # the order in which concurrent episodes reach the model: a resumed run samples what an unbroken one did.
         self.seed = 0
+        self.busy_s = 0.0  # seconds spent generating (the rest of a rollout the model waits on tools)
 
     async def act(self, state: EpisodeState) -> str:
         ordered: list[np.ndarray] = []
@@ -78,7 +80,9 @@ class TracingPolicy:
             episode.chat.add_messages(chat[episode.messages_seen :])
             episode.images_seen = len(ordered)
         async with self._lock:
+            started = time.perf_counter()
             ids, logprobs = await asyncio.to_thread(self._sample, state.task.id, episode)
+            self.busy_s += time.perf_counter() - started
         text = episode.chat.add_generation(ids, logprobs)
         episode.messages_seen = len(chat) + 1  # the conversation so far and the turn just sampled
         return text
