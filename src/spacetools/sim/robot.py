@@ -148,6 +148,31 @@ class RobotWorld:
         """An RGB-D frame of the robot's camera."""
         return self.scene.render()
 
+    def current_spec(self) -> SceneSpec:
+        """The scene as it is now: every object where it rests (or is held), the arm as it stands.
+
+        What a picture taken now shows, for the simulated perception tools to rebuild.
+        """
+        objects = []
+        for body, obj in zip(self.scene.object_bodies, self.scene.spec.objects, strict=True):
+            position, orientation = pybullet.getBasePositionAndOrientation(body, physicsClientId=self.client)
+            objects.append(
+                obj.model_copy(update={"position": tuple(position), "orientation": tuple(orientation)})
+            )
+        movable = [
+            joint
+            for joint in range(pybullet.getNumJoints(self.robot, physicsClientId=self.client))
+            if pybullet.getJointInfo(self.robot, joint, physicsClientId=self.client)[2]
+            != pybullet.JOINT_FIXED
+        ]
+        joints = tuple(
+            float(state[0])
+            for state in pybullet.getJointStates(self.robot, movable, physicsClientId=self.client)
+        )
+        return self.scene.spec.model_copy(
+            update={"objects": objects, "with_robot": True, "robot_joints": joints}
+        )
+
     def gripper_opening(self) -> float:
         """Distance between the fingers, metres (a real gripper's width sensor)."""
         return float(

@@ -39,6 +39,10 @@ class SimulatedRobot:
     def get_depth(self) -> DepthFrame:
         return DepthFrame(self.world.render().depth, float(self.world.camera.fx))
 
+    def current_scene(self) -> str:
+        """The scene spec JSON of the world as it is now (what a picture taken now shows)."""
+        return self.world.current_spec().model_dump_json()
+
     def execute_grasp(self, grasp_pose: np.ndarray) -> MotionOutcome:
         pose = np.asarray(grasp_pose, dtype=np.float64)
         if pose.shape != (4, 4):
@@ -84,12 +88,17 @@ class SimulatedRobots:
     """Simulated robots keyed by tool session: a robot is state, so sessions never share one.
 
     Worlds are built on a session's first robot call from the scene of its first image and kept,
-    least recently used first out, up to `max_worlds`; `release` frees one. Thread-safe.
+    least recently used first out, up to `max_worlds`, and freed when their session closes
+    (`release_session`) unless `keep_closed`: an evaluation that scores the world its episode left
+    keeps it, and frees it with `release`. Thread-safe.
     """
 
-    def __init__(self, max_worlds: int = DEFAULT_MAX_WORLDS, record_frames: bool = True) -> None:
+    def __init__(
+        self, max_worlds: int = DEFAULT_MAX_WORLDS, record_frames: bool = True, keep_closed: bool = False
+    ) -> None:
         self.max_worlds = max_worlds
         self.record_frames = record_frames
+        self.keep_closed = keep_closed
         self._robots: OrderedDict[str, tuple[str, SimulatedRobot]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -119,6 +128,15 @@ class SimulatedRobots:
                 if self._robots[key][0] == spec_json:
                     return self._robots[key][1]
         return None
+
+    def release_session(self, session_id: str) -> None:
+        """Free the world of a closed session (kept when `keep_closed`)."""
+        if self.keep_closed:
+            return
+        with self._lock:
+            entry = self._robots.pop(session_id, None)
+        if entry is not None:
+            entry[1].close()
 
     def release(self, robot: SimulatedRobot) -> None:
         """Forget and close a robot."""
