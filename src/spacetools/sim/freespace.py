@@ -28,7 +28,7 @@ FIT_YAWS_DEG = (0.0, 45.0, 90.0, 135.0)
 FIT_STEPS = 7
 """Placements tried per yaw along each axis of the band (depth and width)."""
 _PAIR_SPAN_M = 10.0
-"""Wider than any table: the half-plane beyond a pair of objects is a polygon this wide."""
+"""Larger than any table, metres: the half-plane beyond a pair of objects is a polygon this large."""
 
 
 def side_band(obs: Observation, anchor: int, side: str, reach: float = NEAR_DISTANCE_M) -> Polygon:
@@ -58,9 +58,10 @@ def pair_band(
     edge = max(
         float(np.max(np.asarray(obs.footprint(i).exterior.coords) @ direction)) for i in (first, second)
     )
-    far = edge + 2 * reach + _PAIR_SPAN_M  # past every point of the bands: a half-plane in effect
-    beyond = Polygon([edge * direction + a * lateral for a in (-_PAIR_SPAN_M, _PAIR_SPAN_M)]
-                     + [far * direction + a * lateral for a in (_PAIR_SPAN_M, -_PAIR_SPAN_M)])  # fmt: skip
+    # The half-plane past that edge, as a polygon larger than any table.
+    corners = [(edge, -_PAIR_SPAN_M), (edge, _PAIR_SPAN_M), (edge + _PAIR_SPAN_M, _PAIR_SPAN_M),
+               (edge + _PAIR_SPAN_M, -_PAIR_SPAN_M)]  # fmt: skip
+    beyond = Polygon([along * direction + across * lateral for along, across in corners])
     bands = side_band(obs, first, side, reach).union(side_band(obs, second, side, reach))
     return bands.intersection(beyond)
 

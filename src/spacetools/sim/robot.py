@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.spatial.transform import Rotation
 
-from spacetools.sim.bodies import TIMESTEP
+from spacetools.sim.bodies import TIMESTEP, movable_joints
 from spacetools.sim.bullet import pybullet
 from spacetools.sim.camera import Camera
 from spacetools.sim.scene import SceneSpec
@@ -159,16 +159,9 @@ class RobotWorld:
             objects.append(
                 obj.model_copy(update={"position": tuple(position), "orientation": tuple(orientation)})
             )
-        movable = [
-            joint
-            for joint in range(pybullet.getNumJoints(self.robot, physicsClientId=self.client))
-            if pybullet.getJointInfo(self.robot, joint, physicsClientId=self.client)[2]
-            != pybullet.JOINT_FIXED
-        ]
-        joints = tuple(
-            float(state[0])
-            for state in pybullet.getJointStates(self.robot, movable, physicsClientId=self.client)
-        )
+        movable = movable_joints(self.client, self.robot)
+        states = pybullet.getJointStates(self.robot, movable, physicsClientId=self.client)
+        joints = tuple(float(state[0]) for state in states)
         return self.scene.spec.model_copy(
             update={"objects": objects, "with_robot": True, "robot_joints": joints}
         )

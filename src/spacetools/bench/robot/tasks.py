@@ -35,8 +35,6 @@ MIN_LATERAL_GAP_M = 0.06
 MAX_SCENE_ATTEMPTS = 80
 PLACE_SIDES = ("left of", "right of", "in front of")
 """Sides a place task may ask for ("behind" would put the object under the arm's base)."""
-PAIR_SIDES = ("left of", "right of")
-"""Sides of a pair of like objects a place task may ask for ("in front of the two mugs" is ambiguous)."""
 TRAY_SHARE, SIDE_SHARE = 0.5, 0.25
 """Pick & place goals: a tray for this share of tasks, the side of one object, else a side of a pair."""
 _SIDE_WORDS = {"left of": "to the left of", "right of": "to the right of", "in front of": "in front of"}
@@ -153,17 +151,23 @@ def _place_beside_pair(obs: Observation, rng: np.random.Generator) -> tuple[str,
         return None
     a, b = (i for i, n in enumerate(names) if n == twins[0])
     lateral_gap = float((obs.centre(a) - obs.centre(b)) @ obs.right)
-    if abs(lateral_gap) < MIN_LATERAL_GAP_M or min(obs.truths[a].visible_fraction,
-                                                    obs.truths[b].visible_fraction) < MIN_VISIBLE:  # fmt: skip
+    seen = min(obs.truths[a].visible_fraction, obs.truths[b].visible_fraction)
+    if abs(lateral_gap) < MIN_LATERAL_GAP_M or seen < MIN_VISIBLE:
         return None
-    twin_words = set(twins[0].split())
-    items = [i for i, n in enumerate(names) if names.count(n) == 1 and _graspable(obs.truths[i])
-             and not twin_words <= set(f"{n} {obs.objects[i].category}".split())]  # fmt: skip
-    if not items:  # (an item the pair's name also describes would make "the two mugs" three)
+    pair_words = set(twins[0].split())
+    # Not an item the pair's name also describes ("the two mugs" beside a "red mug" would be three).
+    items = [
+        i
+        for i, n in enumerate(names)
+        if names.count(n) == 1
+        and _graspable(obs.truths[i])
+        and not pair_words <= {*n.split(), obs.objects[i].category}
+    ]
+    if not items:
         return None
     item = int(rng.choice(items))
     left, right = (a, b) if lateral_gap < 0 else (b, a)
-    options = []
+    options = []  # ("in front of the two mugs" is ambiguous: left and right only)
     for side, outer, inner in (("left of", left, right), ("right of", right, left)):
         spot = placement(obs, item, outer, side)
         if spot is not None and pair_band(obs, outer, inner, side).contains(Point(spot[:2])):
