@@ -47,6 +47,15 @@ class LedgerTool(Tool):
         self.notes.pop(session_id, None)
 
 
+class BrokenLedgerTool(LedgerTool):
+    """A ledger whose release hook fails."""
+
+    name = "broken_ledger"
+
+    def release_session(self, session_id: str) -> None:
+        raise RuntimeError("cannot release")
+
+
 class WorldCountingRobot(RobotTool):
     """The robot tool, telling how many simulated worlds its instance holds."""
 
@@ -86,6 +95,24 @@ def test_a_released_session_is_freed_on_every_instance(backend: str) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("backend", ["inprocess", "process"])
+def test_a_failing_release_hook_is_logged_and_the_instance_serves_on(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with Toolshed([ToolDeployment(tool=BrokenLedgerTool, backend=backend)]) as shed:
+            first = shed.open_session([IMAGE])
+            await first.call("broken_ledger.note", {"text": "a"})
+            first.close()  # never raises to the caller
+            result = await shed.open_session([IMAGE]).call("broken_ledger.note", {"text": "b"})
+            assert not result.is_error and len(result.value) == 2  # the failed release kept the note
+            assert shed.router("broken_ledger").stats.crashes == 0
+
+    asyncio.run(scenario())
+    if backend == "inprocess":  # (a worker process logs to its own stderr)
+        assert "release_session" in caplog.text and "cannot release" in caplog.text
+
+
 @pytest.fixture(scope="module")
 def scene() -> dict[str, Any]:
     with build_scene(1, n_objects=3, with_robot=True) as built:
@@ -105,3 +132,29 @@ def test_a_robot_world_is_freed_when_its_session_closes(backend: str, scene: dic
             assert (await observer.call("robot.open_worlds")).value == 0
 
     asyncio.run(scenario())
+
+
+def test_on_ray_a_released_session_is_freed_on_every_actor(local_ray: None) -> None:
+    import sys
+
+    from ray import cloudpickle
+
+    # The actors cannot import this test module: its tool class travels by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+
+        async def scenario() -> None:
+            deployment = ToolDeployment(tool=LedgerTool, backend="ray", instances=2, num_cpus=0.1)
+            async with Toolshed([deployment]) as shed:
+                first, second = shed.open_session([IMAGE]), shed.open_session([IMAGE])
+                await asyncio.gather(
+                    first.call("ledger.note", {"text": "a"}), second.call("ledger.note", {"text": "b"})
+                )
+                first.close()
+                held = await asyncio.gather(*(second.call("ledger.sessions") for _ in range(4)))
+                assert all(first.id not in result.value for result in held)
+                assert any(second.id in result.value for result in held)
+
+        asyncio.run(scenario())
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
