@@ -14,7 +14,8 @@ import pytest
 
 from spacetools.sim.layout import build_scene
 from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
-from spacetools.tools.robot import RobotTool
+from spacetools.tools.robot import RobotMotionError, RobotTool
+from spacetools.tools.robot.simulated import SimulatedRobots
 from spacetools.toolshed import ToolDeployment, Toolshed
 
 IMAGE = np.zeros((8, 8, 3), np.uint8)
@@ -158,3 +159,20 @@ def test_on_ray_a_released_session_is_freed_on_every_actor(local_ray: None) -> N
         asyncio.run(scenario())
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_a_pool_frees_a_closed_sessions_world_and_builds_it_no_more(scene: dict[str, Any]) -> None:
+    robots = SimulatedRobots(record_frames=False)
+    robots.for_session("done", scene["spec"])
+    robots.for_session("running", scene["spec"])
+    robots.release_session("done")
+    assert len(robots) == 1
+    # A call that was still queued when its session closed finds no world to rebuild.
+    with pytest.raises(RobotMotionError, match="session was closed"):
+        robots.for_session("done", scene["spec"])
+    kept = SimulatedRobots(record_frames=False, keep_closed=True)  # an evaluation scores it afterwards
+    robot = kept.for_session("done", scene["spec"])
+    kept.release_session("done")
+    assert kept.find_by_scene(scene["spec"]) is robot
+    robots.close()
+    kept.close()

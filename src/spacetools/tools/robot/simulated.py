@@ -18,6 +18,9 @@ from spacetools.sim.scene import SceneSpec
 from spacetools.tools.robot.backend import DepthFrame, MotionOutcome, RobotMotionError
 
 DEFAULT_MAX_WORLDS = 8
+CLOSED_SESSIONS_KEPT = 4096
+"""How many closed session ids a pool remembers, so that a call still queued when its session closed
+does not build that session a world again."""
 
 
 class SimulatedRobot:
@@ -100,14 +103,18 @@ class SimulatedRobots:
         self.record_frames = record_frames
         self.keep_closed = keep_closed
         self._robots: OrderedDict[str, tuple[str, SimulatedRobot]] = OrderedDict()
+        self._closed: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._robots)
 
     def for_session(self, session_id: str, spec_json: str) -> SimulatedRobot:
-        """The session's robot, built from `spec_json` the first time."""
+        """The session's robot, built from `spec_json` the first time (`RobotMotionError` once the
+        session was closed)."""
         with self._lock:
+            if session_id in self._closed:
+                raise RobotMotionError("the session was closed; its robot's world is gone")
             if session_id in self._robots:
                 self._robots.move_to_end(session_id)
                 return self._robots[session_id][1]
@@ -135,6 +142,9 @@ class SimulatedRobots:
             return
         with self._lock:
             entry = self._robots.pop(session_id, None)
+            self._closed[session_id] = None
+            while len(self._closed) > CLOSED_SESSIONS_KEPT:
+                self._closed.popitem(last=False)
         if entry is not None:
             entry[1].close()
 

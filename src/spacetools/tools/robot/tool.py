@@ -74,7 +74,7 @@ class RobotTool(Tool):
         scene = ctx.attachment(0).get("scene")
         if not isinstance(scene, str):
             raise ToolError("the robot's workspace is unknown: image 0 has no simulated scene attached")
-        return self._robots.for_session(ctx.session_id, scene)
+        return _robot_call(lambda: self._robots.for_session(ctx.session_id, scene))
 
     @tool_method
     def capture_image(self, *, ctx: ToolContext) -> ToolResult:
