@@ -40,6 +40,26 @@ from spacetools.rewards.formats import parse_points
                 "free space in front of the white box where the red ball can be placed",
             ),
         ),
+        (
+            "Pick up the white mug and place it to the right of the two wooden blocks.",
+            RobotGoal(
+                "white mug",
+                "white mug",
+                "free space to the right of the rightmost wooden block where the white mug can be placed",
+                pair="wooden block",
+                beyond="right",
+            ),
+        ),
+        (
+            "Pick up the duck and place it to the left of the two small red boxes.",
+            RobotGoal(
+                "duck",
+                "duck",
+                "free space to the left of the leftmost small red box where the duck can be placed",
+                pair="small red box",
+                beyond="left",
+            ),
+        ),
         ("How far is the mug?", None),
     ],
 )
@@ -135,3 +155,30 @@ def test_a_transient_failure_is_retried_once() -> None:
     assert [call["name"] for call in following] == ["grasp_generator.compute_grasp"]
     still_failing = asyncio.run(expert.act(_state(question, [found, flaky, [flaky[0]]])))
     assert "<answer>I could not perceive the red box.</answer>" in still_failing
+
+
+def test_beside_a_pair_the_spot_must_lie_beyond_both() -> None:
+    expert = RobotExpertPolicy()
+    question = "Pick up the duck and place it to the left of the two red mugs."
+    first = _calls(asyncio.run(expert.act(_state(question, []))))
+    assert [(call["name"], call["arguments"]["obj_name"]) for call in first] == [  # type: ignore[index]
+        ("roborefer.detect_one", "duck"),
+        (
+            "roborefer.detect_one",
+            "free space to the left of the leftmost red mug where the duck can be placed",
+        ),
+        ("roborefer.detect_all", "red mug"),
+    ]
+    duck = "Detected 1 instance(s) of 'duck': [(0.7, 0.5)]"
+    mugs = "Detected 2 instance(s) of 'red mug': [(0.5, 0.6), (0.35, 0.55)]"
+    beyond = [duck, "Detected 1 instance(s) of 'spot': [(0.2, 0.58)]", mugs]
+    following = _calls(asyncio.run(expert.act(_state(question, [beyond]))))
+    assert [call["name"] for call in following] == [
+        "sam2.segment_from_point",
+        "robot.get_depth_with_pointcloud",
+    ]
+    between = [duck, "Detected 1 instance(s) of 'spot': [(0.42, 0.58)]", mugs]
+    refused = asyncio.run(expert.act(_state(question, [between])))
+    assert "<answer>I found no place for the object.</answer>" in refused and "not left of both" in refused
+    one_mug = [duck, beyond[1], "Detected 1 instance(s) of 'red mug': [(0.5, 0.6)]"]
+    assert "could not find two of the red mug" in asyncio.run(expert.act(_state(question, [one_mug])))

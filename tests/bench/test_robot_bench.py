@@ -13,6 +13,7 @@ from spacetools.agent.policies.robot_expert import RobotExpertPolicy
 from spacetools.bench.robot.checks import check
 from spacetools.bench.robot.evaluate import EPISODES_FILE, SUMMARY_FILE, evaluate_robot, summarize
 from spacetools.bench.robot.tasks import RobotTask, initial_observation, make_task
+from spacetools.sim.freespace import placement
 from spacetools.sim.robot import RobotWorld
 from spacetools.sim.scene import SceneSpec
 
@@ -79,6 +80,49 @@ def test_picking_the_wrong_object_scores_nothing() -> None:
         _grasp(world, twin)
         outcome = check(task, world)
     assert (outcome.points, outcome.reason) == (0, "picked the wrong object")
+
+
+def test_a_place_beside_a_pair_must_end_beyond_both() -> None:
+    task = make_task("pick_place", 0, 1)
+    goal = task.goal
+    assert goal is not None and goal.twin is not None and goal.relation == "right of"
+    obs = initial_observation(task)
+    name = obs.objects[goal.anchor].name
+    assert obs.objects[goal.twin].name == name and name == "wooden block"
+    assert task.question == "Pick up the white mug and place it to the right of the two wooden blocks."
+    outer, inner = (float(obs.centre(i) @ obs.right) for i in (goal.anchor, goal.twin))
+    assert outer > inner  # the anchor is the outer one on the asked side
+    spot = placement(obs, task.target, goal.anchor, goal.relation)
+    other_side = placement(obs, task.target, goal.twin, "left of")
+    assert spot is not None and other_side is not None
+    with _world(task) as world:
+        _grasp(world, task.target)
+        world.place(spot)
+        outcome = check(task, world)
+        assert (outcome.points, outcome.placed) == (2, True), outcome.reason
+    with _world(task) as world:
+        _grasp(world, task.target)
+        world.place(other_side)  # beside the pair, but on the wrong side of it
+        outcome = check(task, world)
+        assert (outcome.points, outcome.placed) == (1, False)
+        assert outcome.reason == "the object rests outside the goal region (right of the two wooden blocks)"
+
+
+def test_pick_place_goals_keep_their_draws_beside_the_new_pair_goal() -> None:
+    tasks = [make_task("pick_place", 0, i) for i in range(6)]
+    assert [_kind(task) for task in tasks] == ["in", "pair", "side", "in", "side", "pair"]
+    # Tasks without a pair goal are the ones drawn before the pair goal existed (same seeds, same rng).
+    assert [tasks[i].question for i in (0, 2, 3, 4)] == [
+        "Pick up the black box and place it in the tray.",
+        "Pick up the red ball and place it in front of the red box.",
+        "Pick up the yellow duck and place it in the tray.",
+        "Pick up the black cylinder and place it to the left of the teddy bear.",
+    ]
+
+
+def _kind(task: RobotTask) -> str:
+    assert task.goal is not None
+    return "in" if task.goal.relation == "in" else ("pair" if task.goal.twin is not None else "side")
 
 
 @pytest.mark.slow

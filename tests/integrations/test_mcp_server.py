@@ -129,6 +129,7 @@ async def _exercise(session: ClientSession, scene: dict[str, Any], image: str) -
     np.testing.assert_array_equal(imagecodec.decode(base64.b64decode(picture.data)), expected)
     # The crop joined the session under the index the text names: crop it again, whole.
     index = int(re.search(r"now image_index (\d+)\.\]", _text(crop))[1])
+    assert index == 2  # image 0, the depth picture (1), the crop (2): each picture kept once
     again = await session.call_tool(
         "vision_ops-point_crop",
         {"session_id": session_id, "image_index": index, "points": "[(0, 0), (1, 1)]"},

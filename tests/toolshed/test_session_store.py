@@ -90,6 +90,23 @@ def test_idle_sessions_expire_and_release_frees_memory() -> None:
     assert store.total_bytes == 0 and len(store) == 0
 
 
+def test_every_session_that_closes_is_announced_once() -> None:
+    clock = FakeClock()
+    closed: list[str] = []
+    store = SessionStore(10 * 1024, 10 * 1024, ttl_s=5, clock=clock, on_close=closed.append)
+    idle, released, kept, last = (store.create([], [], 0) for _ in range(4))
+    store.release(released.id)
+    store.release(released.id)  # already gone: no second announcement
+    clock.now = 4.0
+    store.get(kept.id)
+    store.get(last.id)
+    clock.now = 6.0
+    store.sweep()  # the idle one expires
+    assert closed == [released.id, idle.id]
+    store.release_all()
+    assert closed == [released.id, idle.id, kept.id, last.id]
+
+
 def test_memory_stays_bounded_over_500_sessions() -> None:
     store = SessionStore(max_session_bytes=64 * 1024, max_total_bytes=1024 * 1024, ttl_s=3600)
     peak = 0

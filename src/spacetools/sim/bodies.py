@@ -53,18 +53,22 @@ def add_table(client: int) -> int:
     return top
 
 
-def add_robot(client: int) -> int:
-    """The Franka Panda at the table's far edge, facing the table, in a neutral pose."""
+def add_robot(client: int, joints: tuple[float, ...] = ROBOT_NEUTRAL_JOINTS) -> int:
+    """The Franka Panda at the table's far edge, facing the table, its movable joints at `joints`."""
     facing = pybullet.getQuaternionFromEuler((0.0, 0.0, -np.pi / 2))
     robot = pybullet.loadURDF(ROBOT_ASSET, ROBOT_BASE, facing, useFixedBase=True, physicsClientId=client)
-    movable = [
+    for joint, angle in zip(movable_joints(client, robot), joints, strict=True):
+        pybullet.resetJointState(robot, joint, angle, physicsClientId=client)
+    return robot
+
+
+def movable_joints(client: int, robot: int) -> list[int]:
+    """The robot's movable joints in order (the arm's seven, then the two fingers)."""
+    return [
         joint
         for joint in range(pybullet.getNumJoints(robot, physicsClientId=client))
         if pybullet.getJointInfo(robot, joint, physicsClientId=client)[2] != pybullet.JOINT_FIXED
     ]
-    for joint, angle in zip(movable, ROBOT_NEUTRAL_JOINTS, strict=True):
-        pybullet.resetJointState(robot, joint, angle, physicsClientId=client)
-    return robot
 
 
 def create_body(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import shapely
 from shapely.geometry import Polygon
+from shapely.geometry.base import BaseGeometry
 
 from spacetools.sim.observation import Observation
 
@@ -26,6 +27,8 @@ FIT_YAWS_DEG = (0.0, 45.0, 90.0, 135.0)
 """Yaw angles (about the world z axis) tried when placing an object."""
 FIT_STEPS = 7
 """Placements tried per yaw along each axis of the band (depth and width)."""
+_PAIR_SPAN_M = 10.0
+"""Larger than any table, metres: the half-plane beyond a pair of objects is a polygon this large."""
 
 
 def side_band(obs: Observation, anchor: int, side: str, reach: float = NEAR_DISTANCE_M) -> Polygon:
@@ -43,6 +46,24 @@ def side_band(obs: Observation, anchor: int, side: str, reach: float = NEAR_DIST
         centre + a * direction + b * lateral for a, b in ((near, low), (far, low), (far, high), (near, high))
     ]
     return Polygon(corners)
+
+
+def pair_band(
+    obs: Observation, first: int, second: int, side: str, reach: float = NEAR_DISTANCE_M
+) -> BaseGeometry:
+    """The band on one side of a pair of objects beyond both ("left of the two mugs"): their two side
+    bands, cut to what lies past the outer edge of both on that side."""
+    direction = obs.side_direction(side)
+    lateral = np.array([-direction[1], direction[0]])
+    edge = max(
+        float(np.max(np.asarray(obs.footprint(i).exterior.coords) @ direction)) for i in (first, second)
+    )
+    # The half-plane past that edge, as a polygon larger than any table.
+    corners = [(edge, -_PAIR_SPAN_M), (edge, _PAIR_SPAN_M), (edge + _PAIR_SPAN_M, _PAIR_SPAN_M),
+               (edge + _PAIR_SPAN_M, -_PAIR_SPAN_M)]  # fmt: skip
+    beyond = Polygon([along * direction + across * lateral for along, across in corners])
+    bands = side_band(obs, first, side, reach).union(side_band(obs, second, side, reach))
+    return bands.intersection(beyond)
 
 
 def free_table(obs: Observation) -> Polygon:

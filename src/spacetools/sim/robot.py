@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.spatial.transform import Rotation
 
-from spacetools.sim.bodies import TIMESTEP
+from spacetools.sim.bodies import TIMESTEP, movable_joints
 from spacetools.sim.bullet import pybullet
 from spacetools.sim.camera import Camera
 from spacetools.sim.scene import SceneSpec
@@ -147,6 +147,24 @@ class RobotWorld:
     def render(self) -> View:
         """An RGB-D frame of the robot's camera."""
         return self.scene.render()
+
+    def current_spec(self) -> SceneSpec:
+        """The scene as it is now: every object where it rests (or is held), the arm as it stands.
+
+        What a picture taken now shows, for the simulated perception tools to rebuild.
+        """
+        objects = []
+        for body, obj in zip(self.scene.object_bodies, self.scene.spec.objects, strict=True):
+            position, orientation = pybullet.getBasePositionAndOrientation(body, physicsClientId=self.client)
+            objects.append(
+                obj.model_copy(update={"position": tuple(position), "orientation": tuple(orientation)})
+            )
+        movable = movable_joints(self.client, self.robot)
+        states = pybullet.getJointStates(self.robot, movable, physicsClientId=self.client)
+        joints = tuple(float(state[0]) for state in states)
+        return self.scene.spec.model_copy(
+            update={"objects": objects, "with_robot": True, "robot_joints": joints}
+        )
 
     def gripper_opening(self) -> float:
         """Distance between the fingers, metres (a real gripper's width sensor)."""

@@ -72,7 +72,11 @@ class ObjectSpec(BaseModel):
 
 
 class SceneSpec(BaseModel):
-    """A whole scene: seed, objects (indices 0..n-1 in order), camera and whether the robot is present."""
+    """A whole scene: seed, objects (indices 0..n-1 in order), camera and whether the robot is present.
+
+    `robot_joints` poses the robot (its movable joints, arm then fingers; absent: the neutral pose), as
+    in a picture the robot's camera took mid-episode.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -80,6 +84,8 @@ class SceneSpec(BaseModel):
     objects: list[ObjectSpec] = Field(max_length=MAX_SCENE_OBJECTS)
     camera: dict[str, Any]
     with_robot: bool = False
+    # Left out of the JSON when absent, so specs without a posed robot keep their exact text.
+    robot_joints: tuple[float, ...] | None = Field(default=None, exclude_if=lambda joints: joints is None)
 
     @model_validator(mode="after")
     def _check_objects(self) -> SceneSpec:
@@ -87,6 +93,14 @@ class SceneSpec(BaseModel):
         if indices != list(range(len(indices))):
             raise ValueError(f"object indices must be 0..n-1 in order, got {indices}")
         Camera.from_dict(self.camera)  # fails early with a clear message on a malformed camera
+        if self.robot_joints is not None:
+            from spacetools.sim.bodies import ROBOT_NEUTRAL_JOINTS  # the bodies build on this module
+
+            if not self.with_robot or len(self.robot_joints) != len(ROBOT_NEUTRAL_JOINTS):
+                raise ValueError(
+                    f"robot_joints needs the robot and {len(ROBOT_NEUTRAL_JOINTS)} joint positions, got "
+                    f"{len(self.robot_joints)} (with_robot={self.with_robot})"
+                )
         return self
 
     def get_camera(self) -> Camera:

@@ -82,7 +82,11 @@ class Scene:
                     body, obj.position, obj.orientation, physicsClientId=client
                 )
                 bodies.append(body)
-            robot = add_robot(client) if spec.with_robot else None
+            robot = None
+            if spec.with_robot:
+                robot = (
+                    add_robot(client) if spec.robot_joints is None else add_robot(client, spec.robot_joints)
+                )
         except BaseException:
             pybullet.disconnect(client)
             raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import logging
 import re
 import types
 import typing
@@ -35,6 +36,8 @@ __all__ = [
     "error_result",
     "hermes_tools_block",
     "invoke_tool_method",
+    "release_tool_session",
+    "releases_sessions",
     "sanitize_error_text",
     "tool_method",
     "tool_methods",
@@ -49,6 +52,7 @@ _VARIABLE_MARK = "spacetools-variable"
 _REFERENCE_HINT = 'a "$name" reference to a variable from an earlier tool call'
 _F = TypeVar("_F", bound=Callable[..., Any])
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 
 
 class ToolError(Exception):
@@ -66,11 +70,15 @@ class ToolResult:
     ``text`` is the model's protocol (byte-compatible with the original tools); ``value`` is the same
     result as JSON-able data (dicts, lists, floats, strings; no numpy) that the expert and the report
     read instead of parsing the text. ``image_indices`` are the conversation indices the session gave
-    ``images`` when it stored them (filled by the Toolshed, not by tools).
+    ``images`` when it stored them (filled by the Toolshed, not by tools). ``attachments`` (empty, or
+    one per picture, None for none) is the metadata the session keeps with each picture for later tool
+    calls on it, like a task image's (e.g. the simulated scene a robot's photo shows); it is for the
+    tools only: the model never sees it, and the HTTP API does not send it.
     """
 
     text: str
     images: list[np.ndarray] = field(default_factory=list)
+    attachments: list[dict[str, Any] | None] = field(default_factory=list)
     variables: dict[str, Any] = field(default_factory=dict)
     is_error: bool = False
     value: Any = None  # the structured, JSON-able result that code reads (text is for the model)
@@ -212,6 +220,13 @@ class Tool:
     def setup(self) -> None:
         """Load weights, build scenes, etc.; runs once per instance before its first call."""
 
+    def release_session(self, session_id: str) -> None:
+        """Free what this instance holds for a session that was closed or expired (default: nothing).
+
+        The Toolshed calls it on every live instance, after the calls already sent to that instance,
+        for tools that override it; an exception here is logged, never raised to a caller.
+        """
+
 
 @dataclass(frozen=True)
 class ToolSpec:
@@ -305,6 +320,19 @@ def hermes_tools_block(specs: list[ToolSpec]) -> str:
     """The `<tools>` block of a Qwen2.5 hermes system prompt: one function schema per line."""
     lines = [json.dumps(spec.to_openai(), ensure_ascii=False) for spec in specs]
     return "<tools>\n" + "\n".join(lines) + "\n</tools>"
+
+
+def release_tool_session(tool: Tool, session_id: str) -> None:
+    """Run a tool's `release_session` hook; a failure is logged (a closing session has no caller)."""
+    try:
+        tool.release_session(session_id)
+    except Exception:
+        _log.exception("%s.release_session(%s) failed", type(tool).__name__, session_id)
+
+
+def releases_sessions(tool_cls: type[Tool]) -> bool:
+    """Whether a tool class holds per-session state to free (it overrides `Tool.release_session`)."""
+    return tool_cls.release_session is not Tool.release_session
 
 
 def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:

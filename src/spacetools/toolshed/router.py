@@ -201,6 +201,12 @@ class ToolRouter:
         self.stats.record(result, time.perf_counter() - queued_at, started_at - queued_at)
         return result
 
+    def release_session(self, session_id: str) -> None:
+        """Pass a closed session's release to every live instance (each frees it after its calls)."""
+        for instance in self._instances:
+            if instance.alive:
+                instance.release_session(session_id)
+
     async def grow(self, count: int) -> tuple[int, str | None]:
         """Start `count` more instances (autoscaling), each joining the pool as soon as it is up.
 

@@ -5,7 +5,8 @@ tools unread) and the named variables produced by tool calls. Both count
 against a per-session and a total memory cap: variables are evicted to make room (the session's
 least-recently-used first, then those of the least-recently-used sessions), while an image that does
 not fit is refused (`MemoryLimitError`). The number of open sessions may be capped too
-(`TooManySessionsError`), and idle sessions expire after a time to live.
+(`TooManySessionsError`), and idle sessions expire after a time to live. Whoever made the store
+hears of every session that closes, released or expired (`on_close`), to free what tools hold for it.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class SessionStore:
         ttl_s: float,
         clock: Callable[[], float] = time.monotonic,
         max_sessions: int | None = None,
+        on_close: Callable[[str], None] | None = None,
     ) -> None:
         if max_session_bytes <= 0 or max_total_bytes <= 0 or ttl_s <= 0:
             raise ValueError("memory caps and the session time to live must be positive")
@@ -108,6 +110,7 @@ class SessionStore:
         self.max_total_bytes = max_total_bytes
         self.ttl_s = ttl_s
         self._clock = clock
+        self._on_close = on_close
         self._sessions: OrderedDict[str, SessionState] = OrderedDict()  # least recently used first
         self._total_bytes = 0
         self.expired = 0
@@ -259,6 +262,8 @@ class SessionStore:
             self._total_bytes -= entry[1]
 
     def _drop(self, state: SessionState) -> None:
+        if self._on_close is not None:
+            self._on_close(state.id)
         self._total_bytes -= state.nbytes
         state.variables.clear()
         state.evicted.clear()

@@ -27,6 +27,7 @@ from spacetools.tools.definition import (
     ToolResult,
     ToolSpec,
     error_result,
+    releases_sessions,
     tool_methods,
 )
 from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
@@ -148,10 +149,15 @@ class Toolshed:
         self.profile = profile
         self.seed = seed
         self._store = SessionStore(
-            max_session_bytes, max_total_bytes, session_ttl_s, max_sessions=max_sessions
+            max_session_bytes,
+            max_total_bytes,
+            session_ttl_s,
+            max_sessions=max_sessions,
+            on_close=self._release_tool_sessions,
         )
         self._max_queue_wait_s = max_queue_wait_s
         self._routers: dict[str, ToolRouter] = {}
+        self._releasing: list[ToolRouter] = []  # routers of tools that free per-session state
         self._methods: dict[str, tuple[ToolRouter, ToolMethod]] = {}
         self._batchers: dict[str, Batcher] = {}
         self._autoscalers: dict[str, Autoscaler] = {}
@@ -175,6 +181,8 @@ class Toolshed:
             max_queue_wait_s=self._max_queue_wait_s,
         )
         self._routers[tool_class.name] = router
+        if releases_sessions(tool_class):
+            self._releasing.append(router)
         for method in tool_methods(tool_class).values():
             self._methods[method.name] = (router, method)
         self._batchers.update(batchers_for(deployment, router))
@@ -300,11 +308,14 @@ class Toolshed:
         return result
 
     def _keep_images(self, state: SessionState, result: ToolResult) -> None:
-        """Add the pictures a tool made to the conversation, where they are made (no client round trip)."""
+        """Add the pictures a tool made to the conversation, where they are made (no client round trip),
+        each with the attachment the tool gave it (so that later calls can work on it)."""
         kept: list[int] = []
-        for image in result.images:
+        attachments = result.attachments if len(result.attachments) == len(result.images) else []
+        for position, image in enumerate(result.images):
+            attachment = attachments[position] if attachments else None
             try:
-                kept.append(self._append_image(state, image, None))
+                kept.append(self._append_image(state, image, attachment))
             except ValueError as exc:  # a bad picture, or one over the memory limit
                 result.text += f"\n(Note: a picture the tool made was not kept: {exc})"
         result.image_indices = kept
@@ -315,6 +326,11 @@ class Toolshed:
         check_image(image, index)
         self._store.add_images(state, [image], [check_attachment(attachment, index)])
         return index
+
+    def _release_tool_sessions(self, session_id: str) -> None:
+        """A session closed or expired: the tools that hold state per session free it."""
+        for router in self._releasing:
+            router.release_session(session_id)
 
     def _call_seed(self, state: SessionState, name: str, raw_arguments: dict[str, Any]) -> int:
         """A stable seed from the call's identity and how often it was made before in the session.

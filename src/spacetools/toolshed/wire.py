@@ -5,7 +5,9 @@ Pydantic only (the client must not need FastAPI). Conventions:
 - Images travel as base64 data URLs (`data:image/png;base64,…`; JPEG is accepted on upload), encoded
   and decoded by `spacetools.tools.imagecodec`.
 - Variables never leave the server: a call result lists the names it stored, the model refers to them
-  as `"$name"` in later calls of the same session, and the server resolves them.
+  as `"$name"` in later calls of the same session, and the server resolves them. Nor do the
+  attachments of the pictures tools make (`ToolResult.attachments`, e.g. the scene a simulated
+  robot's photo shows): the server session keeps them for later calls on those pictures.
 - Tool failures are results with `is_error` true, never HTTP errors. HTTP errors mean the request
   itself was refused, and say why in `detail`: 401 (no or a wrong bearer token), 404 (a closed,
   expired or unknown session), 413 (a body or an image over the limits), 422 (a malformed body), 429

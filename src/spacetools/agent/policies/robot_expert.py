@@ -3,7 +3,9 @@
 Its chain: point at the target (and at the place goal) with `roborefer`, segment the target with
 `sam2` while reading the robot's depth and point cloud, compute a grasp with `grasp_generator`,
 execute it with `robot.execute_grasp`, then place with `robot.place_object_at_2d_location` on the
-pointed spot. It reads only the question and the tools' structured results (never the scene's truth). Like the other
+pointed spot. For a place beside a pair of like objects ("to the left of the two mugs") it also
+points at every one of the pair and checks that the spot lies beyond both in the image before it
+moves. It reads only the question and the tools' structured results (never the scene's truth). Like the other
 scripted policy it is stateless: each turn it re-runs its plan over the tool results in the
 conversation and writes the next step in the tag protocol; a call that failed transiently ("retry
 the call") is made once more.
@@ -15,7 +17,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from spacetools.agent.policies.scripted.replay import ToolOutcome, tool_batches
 from spacetools.agent.types import EpisodeState
@@ -29,6 +31,7 @@ _PLACE_RE = re.compile(
     r"in front of|behind) the (?P<anchor>.+?))[.?!]*$",
     re.I,
 )
+_PAIR_RE = re.compile(r"two (?P<names>.+)", re.I)
 _PICK_RE = re.compile(r"pick up the (?P<name>.+?)[.?!]*$", re.I)
 _RELATIONS = {"to the left of": "left of", "to the right of": "right of", "in front of": "in front of",
               "behind": "behind"}  # fmt: skip
@@ -38,11 +41,16 @@ Call = tuple[str, dict[str, Any]]
 
 @dataclass(frozen=True)
 class RobotGoal:
-    """What the question asks: a referring expression for the target and, maybe, one for the spot."""
+    """What the question asks: a referring expression for the target and, maybe, one for the spot.
+
+    `pair` names a pair of like objects the spot must lie beyond, on the `beyond` side of the image.
+    """
 
     target: str
     item: str
     place: str | None = None
+    pair: str | None = None
+    beyond: Literal["left", "right"] | None = None
 
 
 def singular(noun_phrase: str) -> str:
@@ -61,9 +69,14 @@ def read_goal(question: str) -> RobotGoal | None:
             return RobotGoal(item, item, "tray")
         relation = _RELATIONS[match["rel"].lower()]
         side = f"to the {relation}" if relation in ("left of", "right of") else relation
-        return RobotGoal(
-            item, item, f"free space {side} the {match['anchor']} where the {item} can be placed"
-        )
+        anchor = match["anchor"]
+        if (pair := _PAIR_RE.fullmatch(anchor)) and relation in ("left of", "right of"):
+            # Beyond both of the pair is beside the outer one: "the leftmost mug" for "left of".
+            beyond: Literal["left", "right"] = "left" if relation == "left of" else "right"
+            name = singular(pair["names"])
+            place = f"free space {side} the {beyond}most {name} where the {item} can be placed"
+            return RobotGoal(item, item, place, pair=name, beyond=beyond)
+        return RobotGoal(item, item, f"free space {side} the {anchor} where the {item} can be placed")
     if match := _NEAR_RE.search(question):
         nearest = "nearest" if match["which"].lower() == "closer to" else "farthest"
         return RobotGoal(f"the {nearest} {match['name']}", match["name"])
@@ -82,6 +95,22 @@ def _is_error(outcome: ToolOutcome) -> bool:
 def _first_point(outcome: ToolOutcome) -> tuple[float, float] | None:
     points = outcome.get("points") or []
     return (float(points[0][0]), float(points[0][1])) if points else None
+
+
+def _beyond_pair(goal: RobotGoal, spot: tuple[float, float], pair: ToolOutcome) -> str | None:
+    """None when the spot lies beyond both detected objects of the pair in the image; else the answer."""
+    xs = [float(point[0]) for point in pair.get("points") or []]
+    if len(xs) < 2:
+        return _answer(
+            f"I see fewer than two of the {goal.pair}.", f"I could not find two of the {goal.pair}."
+        )
+    outer = min(xs) if goal.beyond == "left" else max(xs)
+    if (spot[0] < outer) == (goal.beyond == "left"):
+        return None
+    return _answer(
+        f"The spot (x {spot[0]:.3f}) is not {goal.beyond} of both of the {goal.pair} (the outer at {outer:.3f}).",
+        "I found no place for the object.",
+    )
 
 
 def _turn(thought: str, *calls: Call) -> str:
@@ -135,6 +164,8 @@ def _plan(goal: RobotGoal, replay: _Replay) -> str:
     calls = [("roborefer.detect_one", {"obj_name": goal.target, "image_index": 0})]
     if goal.place is not None:
         calls.append(("roborefer.detect_one", {"obj_name": goal.place, "image_index": 0}))
+    if goal.pair is not None:
+        calls.append(("roborefer.detect_all", {"obj_name": goal.pair, "image_index": 0}))
     found = replay.call(f"I locate the {goal.item}" + (" and where it goes." if goal.place else "."), *calls)
     target = _first_point(found[0])
     if target is None:
@@ -142,6 +173,10 @@ def _plan(goal: RobotGoal, replay: _Replay) -> str:
     spot = _first_point(found[1]) if goal.place is not None else None
     if goal.place is not None and spot is None:
         return _answer("The pointing model found no spot to place it.", "I found no place for the object.")
+    if goal.pair is not None and spot is not None:
+        refusal = _beyond_pair(goal, spot, found[2])
+        if refusal is not None:
+            return refusal
     perceived = replay.call(
         f"I segment the {goal.item} at ({target[0]:.3f}, {target[1]:.3f}) and read the robot's depth.",
         ("sam2.segment_from_point", {"x": round(target[0], 4), "y": round(target[1], 4), "image_index": 0}),

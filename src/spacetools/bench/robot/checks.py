@@ -3,8 +3,9 @@
 Picked: the target was lifted at least 5 cm and both fingers still held it after a second (what
 `RobotWorld` measured at the end of each grasp). Placed: the target ended at rest, out of the
 gripper, where the goal says: its centre over the container's footprint, or in the band on the
-asked side of the anchor (`sim.freespace.side_band`, widened by `SIDE_TOLERANCE_M`). Pick & place
-scores one point for the pick and one for the place, as in the paper.
+asked side of the anchor (`sim.freespace.side_band`, widened by `SIDE_TOLERANCE_M`), or of a pair
+of like objects beyond both (`sim.freespace.pair_band`, widened the same way, off both footprints).
+Pick & place scores one point for the pick and one for the place, as in the paper.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from shapely.geometry import Point
 
-from spacetools.bench.robot.tasks import RobotTask, initial_observation
+from spacetools.bench.robot.tasks import RobotTask, initial_observation, plural
 from spacetools.sim.bullet import pybullet
-from spacetools.sim.freespace import side_band
+from spacetools.sim.freespace import pair_band, side_band
 from spacetools.sim.robot import RobotWorld
 
 SIDE_TOLERANCE_M = 0.03
@@ -71,12 +72,17 @@ def _placed(task: RobotTask, world: RobotWorld, body: int) -> tuple[bool, str]:
         return False, "the object fell off the table"
     obs = initial_observation(task)
     centre = Point(float(position[0]), float(position[1]))
-    if task.goal.relation == "in":
-        region = obs.footprint(task.goal.anchor)
+    goal = task.goal
+    if goal.relation == "in":
+        region = obs.footprint(goal.anchor)
+    elif goal.twin is None:
+        region = side_band(obs, goal.anchor, goal.relation).buffer(SIDE_TOLERANCE_M)
+        region = region.difference(obs.footprint(goal.anchor))
     else:
-        region = side_band(obs, task.goal.anchor, task.goal.relation).buffer(SIDE_TOLERANCE_M)
-        region = region.difference(obs.footprint(task.goal.anchor))
+        region = pair_band(obs, goal.anchor, goal.twin, goal.relation).buffer(SIDE_TOLERANCE_M)
+        region = region.difference(obs.footprint(goal.anchor)).difference(obs.footprint(goal.twin))
     if region.contains(centre):
         return True, "placed"
-    anchor = obs.objects[task.goal.anchor].name
-    return False, f"the object rests outside the goal region ({task.goal.relation} the {anchor})"
+    anchor = obs.objects[goal.anchor].name
+    anchor = f"the two {plural(anchor)}" if goal.twin is not None else f"the {anchor}"
+    return False, f"the object rests outside the goal region ({goal.relation} {anchor})"

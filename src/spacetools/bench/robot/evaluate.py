@@ -149,7 +149,7 @@ async def evaluate_robot(
     A task may be given as a function that builds it: it is built when its turn comes, so a long run
     writes its first episodes early.
     """
-    robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency))
+    robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
     semaphore = asyncio.Semaphore(concurrency)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:

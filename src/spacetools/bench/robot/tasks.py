@@ -3,7 +3,8 @@
 - Pick: "Pick up the red box."
 - Relational pick: two objects share a name and a spatial phrase picks one ("the red mug closer to
   the camera", "the left one of the two red mugs").
-- Pick & place: "Pick up the red ball and place it in the tray." / "… in front of the white box."
+- Pick & place: "Pick up the red ball and place it in the tray." / "… in front of the white box." /
+  "… to the left of the two red mugs." (beyond both of a pair of like objects).
 
 A `RobotTask` holds the question and image a policy sees and, apart from them, the truth its success
 checks read (`target`, `goal`); `episode_input()` gives the policy-facing `Task` (its scene for the tools only), never the truth.
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from shapely.geometry import Point
 
 from spacetools.agent.types import EpisodeInput, Task
-from spacetools.sim.freespace import placement
+from spacetools.sim.freespace import pair_band, placement
 from spacetools.sim.groundtruth import ObjectTruth
 from spacetools.sim.layout import build_scene
 from spacetools.sim.observation import Observation
@@ -33,15 +35,23 @@ MIN_LATERAL_GAP_M = 0.06
 MAX_SCENE_ATTEMPTS = 80
 PLACE_SIDES = ("left of", "right of", "in front of")
 """Sides a place task may ask for ("behind" would put the object under the arm's base)."""
+TRAY_SHARE, SIDE_SHARE = 0.5, 0.3
+"""The pick & place goal draw: a tray below TRAY_SHARE, the side of one object for the next SIDE_SHARE,
+else a side of a pair (a scene for it is found more often, so about a third of the tasks)."""
 _SIDE_WORDS = {"left of": "to the left of", "right of": "to the right of", "in front of": "in front of"}
 
 
 @dataclass(frozen=True)
 class PlaceGoal:
-    """Where the picked object must come to rest: in a container, or on a side of an anchor object."""
+    """Where the picked object must come to rest: in a container, or on a side of an anchor object.
+
+    With `twin` the anchor is one of a pair of like objects ("left of the two mugs"): the object must
+    come to rest beyond both, and `anchor` is the outer one on that side.
+    """
 
     anchor: int
     relation: Literal["in", "left of", "right of", "in front of"]
+    twin: int | None = None
 
 
 @dataclass
@@ -134,6 +144,45 @@ def _pick_place(obs: Observation, rng: np.random.Generator) -> tuple[str, int, P
     return question, item, PlaceGoal(anchor, side)  # type: ignore[arg-type]
 
 
+def _place_beside_pair(obs: Observation, rng: np.random.Generator) -> tuple[str, int, PlaceGoal] | None:
+    """ "… place it to the left of the two red mugs": a unique item goes beyond both of a pair."""
+    names = [o.name for o in obs.objects]
+    twins = [n for n in set(names) if names.count(n) == 2]
+    if not twins:
+        return None
+    a, b = (i for i, n in enumerate(names) if n == twins[0])
+    lateral_gap = float((obs.centre(a) - obs.centre(b)) @ obs.right)
+    seen = min(obs.truths[a].visible_fraction, obs.truths[b].visible_fraction)
+    if abs(lateral_gap) < MIN_LATERAL_GAP_M or seen < MIN_VISIBLE:
+        return None
+    pair_words = set(twins[0].split())
+    # Not an item the pair's name also describes ("the two mugs" beside a "red mug" would be three).
+    items = [
+        i
+        for i, n in enumerate(names)
+        if names.count(n) == 1
+        and _graspable(obs.truths[i])
+        and not pair_words <= {*n.split(), obs.objects[i].category}
+    ]
+    if not items:
+        return None
+    item = int(rng.choice(items))
+    left, right = (a, b) if lateral_gap < 0 else (b, a)
+    options = []  # ("in front of the two mugs" is ambiguous: left and right only)
+    for side, outer, inner in (("left of", left, right), ("right of", right, left)):
+        spot = placement(obs, item, outer, side)
+        if spot is not None and pair_band(obs, outer, inner, side).contains(Point(spot[:2])):
+            options.append((side, outer, inner))
+    if not options:
+        return None
+    side, outer, inner = options[int(rng.integers(len(options)))]
+    question = f"Pick up the {names[item]} and place it {_SIDE_WORDS[side]} the two {plural(twins[0])}."
+    return question, item, PlaceGoal(outer, side, twin=inner)  # type: ignore[arg-type]
+
+
+_DRAWS = {"pick": _pick, "relational_pick": _relational, "pick_place": _pick_place}
+
+
 def make_task(
     category: Category, seed: int, index: int = 0, width: int = 640, height: int = 480
 ) -> RobotTask:
@@ -141,22 +190,26 @@ def make_task(
     rng = np.random.default_rng([seed, CATEGORIES.index(category), index])
     for _ in range(MAX_SCENE_ATTEMPTS):
         scene_seed = int(rng.integers(2**31))
+        n_objects = int(rng.integers(3, 7))
+        # Which pick & place goal: drawn here (no draw happens in between), so that the tray and the
+        # single-anchor tasks of a seed stay what they were before the pair goal existed.
+        goal_draw = rng.random() if category == "pick_place" else 0.0
+        beside_pair = category == "pick_place" and goal_draw >= TRAY_SHARE + SIDE_SHARE
         scene = build_scene(
             scene_seed,
-            n_objects=int(rng.integers(3, 7)),
+            n_objects=n_objects,
             with_robot=True,
             width=width,
             height=height,
-            allow_duplicates=category == "relational_pick",
+            allow_duplicates=category == "relational_pick" or beside_pair,
         )
         with scene:
             obs = Observation.from_scene(scene)
             # A pick & place scene wants a tray half of the time; others fall back to a side goal.
-            if category == "pick_place" and rng.random() < 0.5 and not _has_tray(obs):
+            if category == "pick_place" and goal_draw < TRAY_SHARE and not _has_tray(obs):
                 continue
-            made = {"pick": _pick, "relational_pick": _relational, "pick_place": _pick_place}[category](
-                obs, rng
-            )
+            draw = _place_beside_pair if beside_pair else _DRAWS[category]
+            made = draw(obs, rng)
             if made is None:
                 continue
             question, target, goal = made

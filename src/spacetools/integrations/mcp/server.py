@@ -133,7 +133,8 @@ class _Front:
 
 
 async def _content(session: Session, result: ToolResult) -> CallToolResult:
-    indices = [session.add_image(image) for image in result.images]
+    # The session kept the tool's pictures (with their attachments) where they were made.
+    indices = list(result.image_indices)
     text = result.text + (f"\n{image_note(indices)}" if indices else "")
     pictures = [
         ImageContent(

@@ -18,6 +18,9 @@ from spacetools.sim.scene import SceneSpec
 from spacetools.tools.robot.backend import DepthFrame, MotionOutcome, RobotMotionError
 
 DEFAULT_MAX_WORLDS = 8
+CLOSED_SESSIONS_KEPT = 4096
+"""How many closed session ids a pool remembers, so that a call still queued when its session closed
+does not build that session a world again."""
 
 
 class SimulatedRobot:
@@ -38,6 +41,10 @@ class SimulatedRobot:
 
     def get_depth(self) -> DepthFrame:
         return DepthFrame(self.world.render().depth, float(self.world.camera.fx))
+
+    def current_scene(self) -> str:
+        """The scene spec JSON of the world as it is now (what a picture taken now shows)."""
+        return self.world.current_spec().model_dump_json()
 
     def execute_grasp(self, grasp_pose: np.ndarray) -> MotionOutcome:
         pose = np.asarray(grasp_pose, dtype=np.float64)
@@ -84,21 +91,30 @@ class SimulatedRobots:
     """Simulated robots keyed by tool session: a robot is state, so sessions never share one.
 
     Worlds are built on a session's first robot call from the scene of its first image and kept,
-    least recently used first out, up to `max_worlds`; `release` frees one. Thread-safe.
+    least recently used first out, up to `max_worlds`, and freed when their session closes
+    (`release_session`) unless `keep_closed`: an evaluation that scores the world its episode left
+    keeps it, and frees it with `release`. Thread-safe.
     """
 
-    def __init__(self, max_worlds: int = DEFAULT_MAX_WORLDS, record_frames: bool = True) -> None:
+    def __init__(
+        self, max_worlds: int = DEFAULT_MAX_WORLDS, record_frames: bool = True, keep_closed: bool = False
+    ) -> None:
         self.max_worlds = max_worlds
         self.record_frames = record_frames
+        self.keep_closed = keep_closed
         self._robots: OrderedDict[str, tuple[str, SimulatedRobot]] = OrderedDict()
+        self._closed: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._robots)
 
     def for_session(self, session_id: str, spec_json: str) -> SimulatedRobot:
-        """The session's robot, built from `spec_json` the first time."""
+        """The session's robot, built from `spec_json` the first time (`RobotMotionError` once the
+        session was closed)."""
         with self._lock:
+            if session_id in self._closed:
+                raise RobotMotionError("the session was closed; its robot's world is gone")
             if session_id in self._robots:
                 self._robots.move_to_end(session_id)
                 return self._robots[session_id][1]
@@ -119,6 +135,18 @@ class SimulatedRobots:
                 if self._robots[key][0] == spec_json:
                     return self._robots[key][1]
         return None
+
+    def release_session(self, session_id: str) -> None:
+        """Free the world of a closed session (kept when `keep_closed`)."""
+        if self.keep_closed:
+            return
+        with self._lock:
+            entry = self._robots.pop(session_id, None)
+            self._closed[session_id] = None
+            while len(self._closed) > CLOSED_SESSIONS_KEPT:
+                self._closed.popitem(last=False)
+        if entry is not None:
+            entry[1].close()
 
     def release(self, robot: SimulatedRobot) -> None:
         """Forget and close a robot."""

@@ -4,7 +4,8 @@ Configured with `url`, every session drives the robot server there (one physical
 each session gets its own simulated world, built from the scene of the conversation's first image.
 Motions answer success, execution time and a camera view after the motion (`$captured_image`, also
 added to the conversation); a motion that cannot be carried out, or a robot that cannot be reached,
-is an error result the model reads.
+is an error result the model reads. A simulated robot's pictures carry the scene as it is when they
+are taken, so the simulated perception tools work on them as on the task's image.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class RobotTool(Tool):
             record_frames=bool(self.config.get("record_frames", False)),  # report frames cost renders
         )  # fmt: skip
 
+    def release_session(self, session_id: str) -> None:
+        """A closed session's simulated world is freed (a robot server's arm is not the tool's)."""
+        if self._remote is None:
+            self._robots.release_session(session_id)
+
     def backend(self, ctx: ToolContext) -> RobotBackend:
         """The robot of this call's session."""
         if self._remote is not None:
@@ -68,7 +74,7 @@ class RobotTool(Tool):
         scene = ctx.attachment(0).get("scene")
         if not isinstance(scene, str):
             raise ToolError("the robot's workspace is unknown: image 0 has no simulated scene attached")
-        return self._robots.for_session(ctx.session_id, scene)
+        return _robot_call(lambda: self._robots.for_session(ctx.session_id, scene))
 
     @tool_method
     def capture_image(self, *, ctx: ToolContext) -> ToolResult:
@@ -77,13 +83,15 @@ class RobotTool(Tool):
         Text output: the image size and its index in the conversation. Stored variables:
         $captured_image (HxWx3 RGB array).
         """
-        rgb = _robot_call(lambda: self.backend(ctx).capture_image())
+        robot = self.backend(ctx)
+        rgb = _robot_call(robot.capture_image)
         height, width = rgb.shape[:2]
         text = (
             f"Captured {width}x{height} image from the robot camera (image {ctx.image_count} in the "
             f"conversation). Use $captured_image to reference it."
         )
-        return ToolResult(text=text, images=[rgb], variables={"captured_image": rgb},
+        return ToolResult(text=text, images=[rgb], attachments=[self._picture_attachment(robot)],
+                          variables={"captured_image": rgb},
                           value={"image_index": ctx.image_count, "width": width, "height": height})  # fmt: skip
 
     @tool_method
@@ -185,6 +193,12 @@ class RobotTool(Tool):
         x, y, z = (float(c) for c in point[0])
         return self._motion(ctx, "Placement", lambda robot: robot.place_object_at_3d_location((x, y, z)))
 
+    def _picture_attachment(self, robot: RobotBackend) -> dict[str, Any] | None:
+        """The scene a simulated robot's picture shows, for the simulated tools; a real arm's has none."""
+        from spacetools.tools.robot.simulated import SimulatedRobot
+
+        return {"scene": robot.current_scene()} if isinstance(robot, SimulatedRobot) else None
+
     def _depth(self, ctx: ToolContext) -> DepthFrame:
         frame = _robot_call(lambda: self.backend(ctx).get_depth())
         if self._remote is None:  # the simulated sensor's noise follows the realism profile
@@ -211,6 +225,7 @@ class RobotTool(Tool):
         return ToolResult(
             text=f"Error: {text}" if not outcome.success else text,
             images=[rgb],
+            attachments=[self._picture_attachment(robot)],
             variables={"captured_image": rgb},
             is_error=not outcome.success,
             value={**outcome.model_dump(), "image_index": index},

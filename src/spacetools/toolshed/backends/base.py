@@ -1,8 +1,8 @@
 """The instance interface every backend implements: one live copy of a tool that runs one call at a time.
 
 The router owns queueing, timeouts and restarts; an instance only starts (constructing the tool and
-running `setup()` wherever it lives), runs calls, reports a crash and can be killed. A Ray backend
-implements the same four members with an actor.
+running `setup()` wherever it lives), runs calls, reports a crash, passes on the release of a session
+and can be killed. A Ray backend implements the same members with an actor.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ class Instance(Protocol):
 
     async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Run one validated call; tool exceptions come back as error results, a death as InstanceCrashed."""
+        ...
+
+    def release_session(self, session_id: str) -> None:
+        """Have the tool free what it holds for a closed session (`Tool.release_session`), after the
+        calls already sent to this instance; returns at once without waiting for it."""
         ...
 
     async def kill(self) -> None:

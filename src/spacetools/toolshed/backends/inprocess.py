@@ -12,12 +12,20 @@ import queue
 import threading
 from typing import Any
 
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, invoke_tool_method
+from spacetools.tools.definition import (
+    Tool,
+    ToolContext,
+    ToolResult,
+    invoke_tool_method,
+    release_tool_session,
+)
 from spacetools.toolshed.deployment import resolve_tool_class
 
 __all__ = ["InProcessInstance"]
 
 _Request = tuple[str, dict[str, Any], ToolContext, "asyncio.Future[ToolResult]"]
+_Release = str
+"""A session id whose release the thread passes to the tool, in turn with the calls."""
 
 
 class InProcessInstance:
@@ -27,7 +35,7 @@ class InProcessInstance:
         self._tool_ref = tool
         self._config = dict(config)
         self._name = name
-        self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[_Request | _Release | None] = queue.SimpleQueue()
         self._killed = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -58,6 +66,10 @@ class InProcessInstance:
         self._requests.put((method, kwargs, ctx, future))
         return await future
 
+    def release_session(self, session_id: str) -> None:
+        """Queue the session's release for the thread (it runs after the calls queued before it)."""
+        self._requests.put(session_id)
+
     async def kill(self) -> None:
         """Abandon the thread: it stops taking calls and drops the result of a call in progress."""
         self._killed.set()
@@ -75,6 +87,9 @@ class InProcessInstance:
             request = self._requests.get()
             if request is None or self._killed.is_set():
                 return
+            if isinstance(request, str):
+                release_tool_session(tool, request)
+                continue
             method, kwargs, ctx, future = request
             result = invoke_tool_method(tool, method, kwargs, ctx)
             if self._killed.is_set():

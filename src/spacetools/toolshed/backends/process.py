@@ -36,6 +36,7 @@ from spacetools.tools.definition import (
     ToolResult,
     error_result,
     invoke_tool_method,
+    release_tool_session,
     sanitize_error_text,
 )
 from spacetools.toolshed.backends.base import InstanceCrashed
@@ -44,6 +45,8 @@ from spacetools.toolshed.deployment import resolve_tool_class
 __all__ = ["ProcessInstance", "worker_context"]
 
 _context: multiprocessing.context.BaseContext | None = None
+#: The method name of a session release sent to a worker (no tool method starts with "__").
+_RELEASE_SESSION = "__release_session__"
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
@@ -133,6 +136,14 @@ class ProcessInstance:
         except (_WorkerExited, BrokenPipeError, ConnectionResetError):
             self._dead = True
             raise InstanceCrashed(await self._exit_code()) from None
+
+    def release_session(self, session_id: str) -> None:
+        """Send the session's release down the pipe; the worker runs it after the call before it and
+        answers nothing (so the pending call's answer stays the next message)."""
+        if not self.alive or self._conn is None:
+            return
+        with contextlib.suppress(OSError):  # a worker that died meanwhile is the router's to replace
+            self._conn.send_bytes(pickle.dumps((_RELEASE_SESSION, session_id, None)))
 
     async def kill(self) -> None:
         """Kill the worker process and close the pipe."""
@@ -224,6 +235,9 @@ def _worker_main(
             method, kwargs, ctx = conn.recv()
         except EOFError:
             return
+        if method == _RELEASE_SESSION:
+            release_tool_session(tool, kwargs)
+            continue
         result = invoke_tool_method(tool, method, kwargs, ctx)
         try:
             payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)

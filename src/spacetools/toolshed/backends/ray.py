@@ -26,6 +26,7 @@ from spacetools.tools.definition import (
     ToolContext,
     ToolResult,
     invoke_tool_method,
+    release_tool_session,
     sanitize_error_text,
 )
 from spacetools.toolshed.backends.base import InstanceCrashed
@@ -143,6 +144,10 @@ class _ToolActor:
     ) -> tuple[ToolResult, dict[str, np.ndarray]]:
         assert self._tool is not None, "setup() runs first"
         return _split_bulk(invoke_tool_method(self._tool, method, fetch_cluster_values(kwargs), ctx))
+
+    def release_session(self, session_id: str) -> None:
+        assert self._tool is not None, "setup() runs first"
+        release_tool_session(self._tool, session_id)
 
     def watch(self) -> None:
         """Never returns (it runs in its own concurrency group): its failure tells the server of a death."""
@@ -281,6 +286,11 @@ class RayInstance:
             self._dead = True
             raise InstanceCrashed(None) from None
         return _attach_bulk(result, bulk_ref)
+
+    def release_session(self, session_id: str) -> None:
+        """Queue the session's release on the actor (one call at a time: after the calls before it)."""
+        if self.alive:
+            self._actor.release_session.remote(session_id)  # fire and forget: nobody waits for it
 
     def _on_death(self, _future: Any) -> None:
         self._dead = True  # from a Ray thread: the router reads it when it next takes this instance
