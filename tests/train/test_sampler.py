@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,13 @@ def _sampled_turns(example: object) -> list[list[int]]:
 def test_recorded_ids_are_what_the_model_sampled_with_the_logprobs_it_sampled_them_with(
     policy: TracingPolicy,
 ) -> None:
+    policy.reset_stats()
     trajectories = _run(policy, ["a#0", "a#1"])
+    sampled = sum(int(policy.example(t.task_id).mask.sum()) for t in trajectories)  # type: ignore[attr-defined]
+    # Every sampled token's distribution counted once; a random tiny model is far from certain.
+    assert policy.sampled_tokens == sampled and 0.5 < policy.entropy <= math.log(
+        len(policy.processor.tokenizer)
+    )
     for trajectory in trajectories:
         example = policy.example(trajectory.task_id)  # type: ignore[attr-defined]
         model_turns = [m["content"] for m in trajectory.messages if m["role"] == "assistant"]  # type: ignore[attr-defined]

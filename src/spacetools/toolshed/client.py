@@ -9,8 +9,9 @@ next call. `close()` is a plain call too: it schedules the server-side release, 
 Results are `ToolResult`s. Variable values stay in the server (the model only ever uses their names,
 as `"$name"`), so `result.variables` maps each stored name to a `None` placeholder; `result.value` is
 the tool's structured result. The tools' pictures are mirrored at the server's indices with an empty
-attachment: their attachments stay with the server session, where the calls on them run. Calls never raise: a network failure, a lost session or a refusal (the
-server's limits) comes back as an error result (`Error: ConnectionError: …`).
+attachment: their attachments stay with the server session, where the calls on them run. Calls never
+raise: a network failure, a lost session or a refusal (the server's limits) comes back as an error
+result (`Error: ConnectionError: …`).
 
 This module needs httpx and pydantic only: the wire models live in `spacetools.toolshed.wire`.
 """

@@ -160,7 +160,7 @@ async def train_grpo_async(
                 ]
                 model.eval()
                 policy.seed = config.seed * 1_000_003 + step
-                policy.busy_s = 0.0
+                policy.reset_stats()
                 trajectories = await run_episodes(policy, provider, inputs, config=rollout)
                 generated = time.perf_counter()
 
@@ -210,6 +210,7 @@ async def train_grpo_async(
                     **step_metrics(trajectories, rewards, n),
                     "policy_loss": policy_loss,
                     "kl": kl,
+                    "entropy": policy.entropy,
                     "clip_fraction": clip,
                     "grad_norm": float(grad_norm),
                     "model_tokens": tokens,

@@ -26,9 +26,11 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of each next-token distribution, aligned like `token_logprobs`: `(B, T, V) -> (B, T)`."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (1, 0))
+    """Entropy of each next-token distribution: `(..., V) -> (...)` (the policy's spread as it samples).
+
+    Tokens the sampler suppressed (logit -inf) have probability 0 and add 0, not NaN.
+    """
+    return torch.special.entr(torch.softmax(logits.float(), dim=-1)).sum(-1)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

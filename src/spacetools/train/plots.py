@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-CURVES = {"sft": ("loss",), "grpo": ("reward_mean", "policy_loss", "kl", "calls_per_episode")}
+CURVES = {"sft": ("loss",), "grpo": ("reward_mean", "valid_turn_rate", "policy_loss", "kl", "entropy")}
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

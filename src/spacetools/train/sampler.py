@@ -21,6 +21,7 @@ from spacetools.agent.chat import to_chat_messages
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
 from spacetools.agent.types import EpisodeState
 from spacetools.train.episodes import Example, join_vision, vision_token_ids
+from spacetools.train.objectives import token_entropy
 
 
 @dataclass
@@ -59,6 +60,8 @@ class TracingPolicy:
         # the order in which concurrent episodes reach the model: a resumed run samples what an unbroken one did.
         self.seed = 0
         self.busy_s = 0.0  # seconds spent generating (the rest of a rollout the model waits on tools)
+        self.entropy_sum = 0.0  # summed entropy of the distributions each sampled token came from
+        self.sampled_tokens = 0
 
     async def act(self, state: EpisodeState) -> str:
         ordered: list[np.ndarray] = []
@@ -130,4 +133,16 @@ class TracingPolicy:
         keep = len(sampled)
         if eos is not None and (sampled == eos).any():  # generate pads after the end token
             keep = int((sampled == eos).nonzero()[0]) + 1
+        self.entropy_sum += float(token_entropy(scores[:keep]).sum())
+        self.sampled_tokens += keep
         return sampled[:keep].tolist(), logprobs[:keep].tolist()
+
+    def reset_stats(self) -> None:
+        """Start a new step's generation time and entropy."""
+        self.busy_s = self.entropy_sum = 0.0
+        self.sampled_tokens = 0
+
+    @property
+    def entropy(self) -> float:
+        """Mean entropy per sampled token since `reset_stats` (temperature applied)."""
+        return self.entropy_sum / self.sampled_tokens if self.sampled_tokens else 0.0
