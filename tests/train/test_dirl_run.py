@@ -71,7 +71,7 @@ def test_the_whole_recipe_runs_and_a_rerun_only_reports(tmp_path: Path) -> None:
         set(c["headline"]) == {"spatialsim_robospatial", "spatialsim_blinkdepth"} for c in columns.values()
     )
     gain = results["stage2_reward_gain"]
-    assert gain["steps"] == 2 and gain["episodes_first"] == gain["episodes_last"] == 2
+    assert gain["steps"] == 2 and gain["prompts_first"] == gain["prompts_last"] == 1
     assert "untrained" in result.output and "valid turn rate" in result.output
     assert "stage 2 GRPO: reward, last fifth of 2 steps" in result.output
     again = CliRunner().invoke(app, command)

@@ -8,20 +8,33 @@ from spacetools.train.gains import reward_gain
 from spacetools.train.grpo import throughput
 
 
-def _rows(*rewards: list[float]) -> list[dict[str, object]]:
-    return [{"stage": "grpo", "step": i + 1, "rewards": list(r)} for i, r in enumerate(rewards)]
+def _rows(*rewards: list[float], group_size: int = 2) -> list[dict[str, object]]:
+    return [
+        {"stage": "grpo", "step": i + 1, "rewards": list(r), "group_size": group_size}
+        for i, r in enumerate(rewards)
+    ]
 
 
-def test_gain_compares_the_episodes_of_the_first_and_last_fifth() -> None:
-    # 10 steps: fifths of 2 steps; the first holds rewards 0 and 0.5, the last 1.0 only.
+def test_gain_compares_the_prompts_of_the_first_and_last_fifth() -> None:
+    # 10 steps of one prompt (2 episodes): fifths of 2 steps; the first fifth's prompts average 0 and 0.5,
+    # the last fifth's 1.0.
     rows = _rows([0.0, 0.0], [0.5, 0.5], *([[0.25, 0.25]] * 6), [1.0, 1.0], [1.0, 1.0])
     gain = reward_gain(rows)
     assert gain is not None
-    assert (gain.steps, gain.episodes_first, gain.episodes_last) == (10, 4, 4)
+    assert (gain.steps, gain.prompts_first, gain.prompts_last) == (10, 2, 2)
     assert (gain.first_mean, gain.last_mean, gain.gain) == (0.25, 1.0, 0.75)
     # The last fifth never varies, the first ranges over means 0 to 0.5: the interval lies within.
     assert 0.5 <= gain.low <= 0.75 <= gain.high <= 1.0
     assert "+0.750" in gain.describe()
+
+
+def test_the_interval_resamples_prompts_not_episodes() -> None:
+    # Two prompts per fifth, each answered alike by its whole group: a hard and an easy one first, two
+    # easy ones last. Resampling episodes would treat 8 episodes as independent; prompts are 2.
+    rows = _rows([0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], [1.0] * 8, group_size=4)
+    gain = reward_gain(rows)
+    assert gain is not None and (gain.prompts_first, gain.prompts_last) == (2, 2)
+    assert gain.gain == 0.5 and gain.low == 0.0 and gain.high == 1.0  # first-fifth means 0, 0.5 or 1
 
 
 def test_an_unchanged_reward_has_a_zero_width_interval_and_no_rows_no_gain() -> None:
@@ -32,7 +45,7 @@ def test_an_unchanged_reward_has_a_zero_width_interval_and_no_rows_no_gain() -> 
 
 
 def test_the_interval_is_seeded() -> None:
-    rows = _rows([0.0, 1.0, 0.5], [1.0, 0.0, 0.0], [0.5, 1.0, 1.0])
+    rows = _rows([0.0, 1.0, 0.5], [1.0, 0.0, 0.0], [0.5, 1.0, 1.0], group_size=1)
     assert reward_gain(rows, seed=3) == reward_gain(rows, seed=3)
 
 

@@ -1,5 +1,6 @@
 """Did RL help? The mean episode reward over the last fifth of steps against the first fifth, with a
-bootstrap interval over episodes (each fifth resampled on its own)."""
+bootstrap interval that resamples prompts (each prompt's group of episodes is one unit, since questions
+differ in difficulty far more than the episodes of one question do), each fifth on its own."""
 
 from __future__ import annotations
 
@@ -19,29 +20,39 @@ class RewardGain(BaseModel):
     low: float
     high: float
     confidence: float
-    episodes_first: int
-    episodes_last: int
+    prompts_first: int
+    prompts_last: int
 
     def describe(self) -> str:
         return (
             f"reward, last fifth of {self.steps} steps {self.last_mean:.3f} vs first fifth {self.first_mean:.3f}: "
-            f"{self.gain:+.3f} ({self.confidence:.0%} bootstrap interval {self.low:+.3f} to {self.high:+.3f}, "
-            f"{self.episodes_first} and {self.episodes_last} episodes)"
+            f"{self.gain:+.3f} ({self.confidence:.0%} bootstrap interval over prompts {self.low:+.3f} to "
+            f"{self.high:+.3f}; {self.prompts_first} and {self.prompts_last} prompts)"
         )
+
+
+def _prompt_means(rows: list[dict[str, Any]]) -> np.ndarray:
+    """The mean reward of each prompt's group in `rows`: `(prompts,)`."""
+    means = []
+    for row in rows:
+        rewards = np.asarray(row["rewards"], dtype=float)
+        size = int(row.get("group_size", 1))
+        means.extend(rewards.reshape(-1, size).mean(axis=1))
+    return np.asarray(means)
 
 
 def reward_gain(
     rows: list[dict[str, Any]], *, confidence: float = 0.95, resamples: int = 4000, seed: int = 0
 ) -> RewardGain | None:
-    """The gain over a GRPO stage's metric rows (each with per-episode `rewards`); None without rows."""
+    """The gain over a GRPO stage's metric rows (each with per-episode `rewards` and its `group_size`);
+    None without rows."""
     rows = [row for row in rows if row.get("rewards")]
     if not rows:
         return None
     fifth = max(1, round(len(rows) / 5))
-    first = np.array([reward for row in rows[:fifth] for reward in row["rewards"]], dtype=float)
-    last = np.array([reward for row in rows[-fifth:] for reward in row["rewards"]], dtype=float)
+    first, last = _prompt_means(rows[:fifth]), _prompt_means(rows[-fifth:])
     rng = np.random.default_rng(seed)
-    # (resamples, n) draws of each fifth's episodes, with replacement.
+    # (resamples, prompts) draws of each fifth's prompts, with replacement.
     first_means = rng.choice(first, size=(resamples, first.size)).mean(axis=1)
     last_means = rng.choice(last, size=(resamples, last.size)).mean(axis=1)
     tail = (1 - confidence) / 2
@@ -54,6 +65,6 @@ def reward_gain(
         low=float(low),
         high=float(high),
         confidence=confidence,
-        episodes_first=int(first.size),
-        episodes_last=int(last.size),
+        prompts_first=int(first.size),
+        prompts_last=int(last.size),
     )

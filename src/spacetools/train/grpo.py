@@ -83,7 +83,8 @@ def step_metrics(trajectories: list[Trajectory], rewards: torch.Tensor, group_si
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
         "reward_group_std": float(rewards.view(-1, group_size).std(dim=1).mean()),
-        "rewards": [float(reward) for reward in rewards],  # per episode, for intervals over the run
+        "rewards": [float(reward) for reward in rewards],  # per episode, grouped by prompt
+        "group_size": group_size,
         "calls_per_episode": float(np.mean(calls)),
         "valid_turn_rate": 1.0 - invalid / max(turns, 1),
         "answered_rate": float(np.mean([t.answer is not None for t in trajectories])),

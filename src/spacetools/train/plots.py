@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+MAX_COLUMNS = 3  # panels per row of a stage's figure
 CURVES = {"sft": ("loss",), "grpo": ("reward_mean", "valid_turn_rate", "policy_loss", "kl", "entropy")}
 
 
@@ -31,9 +32,15 @@ def plot_stage(metrics: Path, out: Path, title: str) -> Path | None:
     if not rows:
         return None
     names = [name for name in CURVES.get(rows[0].get("stage", ""), ("loss",)) if name in rows[0]]
-    figure, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3), squeeze=False)
+    columns = min(len(names), MAX_COLUMNS)
+    rows_of_panels = -(-len(names) // columns)
+    figure, axes = plt.subplots(
+        rows_of_panels, columns, figsize=(4 * columns, 3 * rows_of_panels), squeeze=False
+    )
+    for axis in axes.flat[len(names) :]:
+        axis.set_visible(False)
     steps = [row["step"] for row in rows]
-    for axis, name in zip(axes[0], names, strict=True):
+    for axis, name in zip(axes.flat, names, strict=False):
         axis.plot(steps, [row[name] for row in rows], marker="o", markersize=3)
         axis.set_title(name)
         axis.set_xlabel("step")
