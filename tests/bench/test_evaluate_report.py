@@ -231,3 +231,13 @@ def test_tool_geometry_comes_from_the_structured_value() -> None:
 )  # fmt: skip
 def test_samples_are_drawn_by_their_registered_kind(data_source: str, truth: str, kind: str) -> None:
     assert answer_kind(data_source, truth) == kind
+
+
+def test_turns_that_did_not_parse_are_summed_per_benchmark_and_shown(tmp_path: Path) -> None:
+    key = "spatialsim_robospatial"
+    rows = [row(key, "Yes", "Yes", []), row(key, "No", "Yes", [])]
+    rows[0]["trajectory"]["stats"] = {"invalid_turns": 3}  # the rollout's count; an older row has none
+    summary = summarize(rows, policy="p", profile="exact", data="d")
+    assert summary.benchmarks[key].invalid_turns == 3
+    page = write_report(tmp_path / "report.html", summary, rows, {f"{key}/0": sample(key, "Yes")}).read_text()
+    assert "<th>invalid turns</th>" in page and "<td>3</td>" in page  # n is 2, the counts 0

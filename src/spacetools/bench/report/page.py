@@ -73,16 +73,15 @@ def _summary_html(summary: Summary) -> str:
         "<tr>"
         f"<td><b>{escape(short_name(b.key))}</b></td><td>{b.n}</td><td>{escape(format_metrics(b.metrics))}</td>"
         f"<td>{b.tool_calls_mean:.1f}</td><td>{b.tool_failures} ({b.tool_failure_rate:.0%})</td>"
-        f"<td>{b.turns_mean:.1f}</td><td>{b.parse_errors}</td><td>{b.policy_errors}</td>"
+        f"<td>{b.turns_mean:.1f}</td><td>{b.invalid_turns}</td><td>{b.parse_errors}</td><td>{b.policy_errors}</td>"
         f"<td>{b.wall_s_mean:.2f}</td>"
         "</tr>"
         for b in summary.benchmarks.values()
     )
     return (
         "<table class='summary'><tr><th>benchmark</th><th>n</th><th>metrics</th><th>tool calls / episode</th>"
-        "<th>tool failures</th><th>turns</th><th>parse errors</th><th>policy errors</th><th>s / episode</th></tr>"
-        + rows
-        + "</table>"
+        "<th>tool failures</th><th>turns</th><th>invalid turns</th><th>parse errors</th><th>policy errors</th>"
+        "<th>s / episode</th></tr>" + rows + "</table>"
     )
 
 
