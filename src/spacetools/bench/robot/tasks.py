@@ -99,15 +99,26 @@ def _pick(obs: Observation, rng: np.random.Generator) -> tuple[str, int, None] |
     return f"Pick up the {obs.truths[target].name}.", target, None
 
 
+def _first_pair(names: list[str]) -> tuple[str, int, int] | None:
+    """The first name (in scene order) that two objects share, with their indices.
+
+    Scene order, not a set's: a set of strings iterates in a per-process hash order, which would make
+    the task drawn from a seed differ between runs.
+    """
+    for name in names:
+        if names.count(name) == 2:
+            a, b = (i for i, n in enumerate(names) if n == name)
+            return name, a, b
+    return None
+
+
 def _relational(obs: Observation, rng: np.random.Generator) -> tuple[str, int, None] | None:
-    names = [o.name for o in obs.objects]
-    twins = [n for n in set(names) if names.count(n) == 2]
-    if not twins:
+    pair = _first_pair([o.name for o in obs.objects])
+    if pair is None:
         return None
-    a, b = (i for i, n in enumerate(names) if n == twins[0])
+    name, a, b = pair
     if not (_graspable(obs.truths[a]) and _graspable(obs.truths[b])):
         return None
-    name = twins[0]
     depth_gap = float(obs.truths[a].position_camera[2] - obs.truths[b].position_camera[2])
     lateral_gap = float((obs.centre(a) - obs.centre(b)) @ obs.right)
     options = []
@@ -147,15 +158,15 @@ def _pick_place(obs: Observation, rng: np.random.Generator) -> tuple[str, int, P
 def _place_beside_pair(obs: Observation, rng: np.random.Generator) -> tuple[str, int, PlaceGoal] | None:
     """ "… place it to the left of the two red mugs": a unique item goes beyond both of a pair."""
     names = [o.name for o in obs.objects]
-    twins = [n for n in set(names) if names.count(n) == 2]
-    if not twins:
+    pair = _first_pair(names)
+    if pair is None:
         return None
-    a, b = (i for i, n in enumerate(names) if n == twins[0])
+    pair_name, a, b = pair
     lateral_gap = float((obs.centre(a) - obs.centre(b)) @ obs.right)
     seen = min(obs.truths[a].visible_fraction, obs.truths[b].visible_fraction)
     if abs(lateral_gap) < MIN_LATERAL_GAP_M or seen < MIN_VISIBLE:
         return None
-    pair_words = set(twins[0].split())
+    pair_words = set(pair_name.split())
     # Not an item the pair's name also describes ("the two mugs" beside a "red mug" would be three).
     items = [
         i
@@ -176,7 +187,7 @@ def _place_beside_pair(obs: Observation, rng: np.random.Generator) -> tuple[str,
     if not options:
         return None
     side, outer, inner = options[int(rng.integers(len(options)))]
-    question = f"Pick up the {names[item]} and place it {_SIDE_WORDS[side]} the two {plural(twins[0])}."
+    question = f"Pick up the {names[item]} and place it {_SIDE_WORDS[side]} the two {plural(pair_name)}."
     return question, item, PlaceGoal(outer, side, twin=inner)  # type: ignore[arg-type]
 
 
