@@ -58,7 +58,7 @@ def load_model(path: Path, config: GRPOConfig, *, trainable: bool) -> Any:
     if not trainable:
         model.requires_grad_(False).eval()
     elif config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        model.activation_checkpointing_enable()
     return model
 
 

@@ -84,7 +84,7 @@ def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -
             if "visual" in name:
                 parameter.requires_grad_(False)
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        model.activation_checkpointing_enable()
     model.train()
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
