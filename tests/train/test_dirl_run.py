@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,37 +31,49 @@ MINIATURE = {
     "irl": {"steps": 1, "prompts_per_step": 1, "group_size": 2, "max_new_tokens": 8, "max_turns": 1},
     "mix": {"irl": 1, "universal": 1},
     "sft": {"epochs": 1, "batch_size": 2},
-    "grpo": {"steps": 2, "prompts_per_step": 1, "group_size": 2, "max_new_tokens": 8, "max_turns": 1},
+    "grpo": {
+        "steps": 2,
+        "prompts_per_step": 1,
+        "group_size": 2,
+        "max_new_tokens": 8,
+        "max_turns": 1,
+        "checkpoint_every": 1,
+    },
     "eval_max_new_tokens": 8,
     "eval_max_turns": 1,
     "ablation": True,
 }
 
 
-@pytest.mark.slow
-def test_the_whole_recipe_runs_and_a_rerun_only_reports(tmp_path: Path) -> None:
+# A random tiny model answers nothing, so its IRL teacher keeps no trace; a hand-written one stands in,
+# so that DIRL without stage 1 trains on other data than the full run.
+IRL_TRACE = {
+    "id": "spatialsim_robospatial/0",
+    "data_source": "spatialsim_robospatial",
+    "family": "robospatial",
+    "teacher": "hand",
+    "score": 1.0,
+    "messages": [
+        {"role": "user", "content": "Is the mug left of the box? Answer yes or no."},
+        {"role": "assistant", "content": "<answer>Yes</answer>"},
+    ],
+    "images": [],
+}
+
+
+def _prepare(tmp_path: Path, name: str) -> tuple[list[str], Path]:
     config = tmp_path / "dirl.yaml"
     config.write_text(yaml.safe_dump(MINIATURE))
-    out = tmp_path / "run"
-    command = ["train", "dirl", "--config", str(config), "--out", str(out)]
-    # A random tiny model answers nothing, so its IRL teacher keeps no trace; a hand-written one stands in,
-    # so that DIRL without stage 1 trains on other data than the full run.
-    irl = {
-        "id": "spatialsim_robospatial/0",
-        "data_source": "spatialsim_robospatial",
-        "family": "robospatial",
-        "teacher": "hand",
-        "score": 1.0,
-        "messages": [
-            {"role": "user", "content": "Is the mug left of the box? Answer yes or no."},
-            {"role": "assistant", "content": "<answer>Yes</answer>"},
-        ],
-        "images": [],
-    }
+    out = tmp_path / name
     (out / "traces_irl").mkdir(parents=True)
-    (out / "traces_irl" / "traces.jsonl").write_text(json.dumps(irl) + "\n")
+    (out / "traces_irl" / "traces.jsonl").write_text(json.dumps(IRL_TRACE) + "\n")
     (out / "traces_irl" / "DONE").write_text("{}\n")
+    return ["train", "dirl", "--config", str(config), "--out", str(out)], out
 
+
+@pytest.mark.slow
+def test_the_whole_recipe_runs_resumes_after_kill_9_and_a_rerun_only_reports(tmp_path: Path) -> None:
+    command, out = _prepare(tmp_path, "run")
     result = CliRunner().invoke(app, command)
     assert result.exit_code == 0, result.output
     for stage in ("sft", "grpo", "sft_no_irl", "grpo_no_irl"):
@@ -78,6 +94,30 @@ def test_the_whole_recipe_runs_and_a_rerun_only_reports(tmp_path: Path) -> None:
     assert again.exit_code == 0, again.output
     assert "[grpo_no_irl] done before, skipped" in again.output and "…" not in again.output
     assert json.loads((out / "results.json").read_text()) == results
+
+    # The same run killed with -9 once stage 2 has checkpointed its first step (eval, the ablation's SFT,
+    # GRPO and eval still ahead), then the same command again: it continues and ends where the unbroken
+    # run ended.
+    command, killed = _prepare(tmp_path, "killed")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from spacetools.cli.main import app; app()", *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    first_step = killed / "grpo" / "metrics.jsonl"
+    while process.poll() is None and not (first_step.is_file() and first_step.read_text().strip()):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL
+    assert not (killed / "results.json").exists()
+    resumed = CliRunner().invoke(app, command)
+    assert resumed.exit_code == 0, resumed.output
+    assert "[sft] done before, skipped" in resumed.output
+    assert json.loads((killed / "results.json").read_text()) == results
+    steps = [
+        json.loads(line)["step"] for line in (killed / "grpo" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert steps == [1, 2]
 
 
 def test_without_stage_1_is_the_full_run_when_the_irl_teacher_gave_nothing(tmp_path: Path) -> None:
