@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from typer.testing import CliRunner
 
+from spacetools.bench.dataset import read_samples, write_parquet
+from spacetools.bench.spatialsim.generator import generate_group, write_families
 from spacetools.cli.main import app
 from spacetools.rewards import dispatch
 from spacetools.toolshed import Toolshed
@@ -44,6 +47,51 @@ def test_export_writes_tool_config_rollout_settings_and_reward_path(tmp_path: Pa
     assert overrides["reward.custom_reward_function.name"] == "compute_score"
     rollout = yaml.safe_load((tmp_path / "rollout.yaml").read_text())
     assert rollout["actor_rollout_ref"]["rollout"]["multi_turn"]["max_assistant_turns"] == 8
+
+
+def test_exported_data_gives_every_tool_its_questions_scene(tmp_path: Path) -> None:
+    data = tmp_path / "sim"
+    write_families(data, {"robospatial": generate_group(0, "robospatial", 0, 2)})
+    photo = read_samples(data)[0].model_copy(update={"data_source": "photo"})
+    photo.extra_info = {k: v for k, v in photo.extra_info.items() if k != "scene"}
+    write_parquet([photo], data / "photo.parquet")
+    out = tmp_path / "verl"
+    command = ["export", "verl", "--out", str(out), "--data", str(data)]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    written = sorted((out / "data").glob("*.parquet"))
+    assert [path.name for path in written] == ["photo.parquet", "spatialsim_robospatial.parquet"]
+    assert f"data.train_files=[{written[0]}," in result.output.replace("\n", "")
+    names = [spec.name for spec in Toolshed("v1").specs()]
+    for path in written:
+        source = pq.read_table(data / path.name).to_pylist()
+        rows = pq.read_table(path).to_pylist()
+        assert len(rows) == len(source)
+        for row, original in zip(rows, source, strict=True):
+            tools_kwargs = row["extra_info"].pop("tools_kwargs")
+            assert row == original  # nothing else changed
+            scene = original["extra_info"]["scene"]
+            assert list(tools_kwargs) == names
+            assert all(
+                kw == {"create_kwargs": {"scenes": [scene] if scene else []}} for kw in tools_kwargs.values()
+            )
+    # The copies still read as the project's data set.
+    assert [s.ground_truth for s in read_samples(out / "data")] == [
+        s.ground_truth for s in read_samples(data)
+    ]
+
+
+def test_export_data_that_is_not_there_or_not_parquet_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.parquet").write_text("not parquet")
+    for data, message in (("missing", "does not exist"), ("empty", "no parquet"), ("notes.parquet", "")):
+        out = tmp_path / f"out-{data}"
+        result = CliRunner().invoke(
+            app, ["export", "verl", "--out", str(out), "--data", str(tmp_path / data)]
+        )
+        assert result.exit_code == 2 and "--data" in result.output and message in result.output
+        assert "Traceback" not in result.output
+        assert not (out / "tool_config.yaml").exists()
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,10 @@ def verl(
         str, typer.Option(help="The Toolshed server the trainer's tools call (`spacetools serve`).")
     ] = "http://127.0.0.1:8765",
     toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
+    data: Annotated[
+        Path | None,
+        typer.Option(help="A parquet data set (file or folder) to copy with the tools' create arguments."),
+    ] = None,
 ) -> None:
     """Write verl's tool config, the multi-turn rollout settings and the reward function path."""
     try:
@@ -27,12 +31,19 @@ def verl(
         raise typer.BadParameter(str(error), param_hint="--toolset") from error
     if not url.startswith(("http://", "https://")):
         raise typer.BadParameter(f"expected an http(s) URL, got {url!r}", param_hint="--url")
+    if data is not None and not data.exists():
+        raise typer.BadParameter(f"{data} does not exist", param_hint="--data")
     from spacetools.integrations.verl.export import export_verl
 
-    written = export_verl(toolset, url.rstrip("/"), out)
+    try:
+        written = export_verl(toolset, url.rstrip("/"), out, data)
+    except (FileNotFoundError, ValueError) as error:
+        raise typer.BadParameter(str(error), param_hint="--data") from error
     typer.echo(f"tool config    {written.tool_config}")
     typer.echo(f"rollout config {written.rollout}")
     typer.echo(f"overrides      {written.overrides}")
+    files = f"data.train_files=[{','.join(str(path) for path in written.data)}] " if written.data else ""
     typer.echo(
-        f"train with     python -m verl.trainer.main_ppo $(cat {written.overrides}) <your data and model>"
+        f"train with     python -m verl.trainer.main_ppo $(cat {written.overrides}) {files}"
+        "<your data and model>"
     )

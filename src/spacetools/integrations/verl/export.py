@@ -4,7 +4,9 @@
   tool set, with its OpenAI function schema (the project's own names: the hermes format carries dots);
 - ``rollout.yaml``: the multi-turn rollout settings and the reward function, as a config fragment;
 - ``overrides.txt``: the same settings as the trainer's command-line overrides, one per line
-  (``python -m verl.trainer.main_ppo $(cat overrides.txt) …``).
+  (``python -m verl.trainer.main_ppo $(cat overrides.txt) …``);
+- with a data set, ``data/*.parquet``: its files with ``extra_info.tools_kwargs``, the ``create_kwargs``
+  verl hands each tool's ``create`` (a simulated question's scene, so the tools see the scene it shows).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from spacetools.agent.protocol import DEFAULT_MAX_TOOL_RESPONSE_CHARS
+from spacetools.bench.dataset import parquet_files
 from spacetools.rewards import dispatch
 from spacetools.tools.definition import ToolSpec
 from spacetools.toolshed import Toolshed
@@ -27,6 +32,7 @@ REWARD_FUNCTION = "compute_score"
 TOOL_CONFIG_FILE = "tool_config.yaml"
 ROLLOUT_FILE = "rollout.yaml"
 OVERRIDES_FILE = "overrides.txt"
+DATA_DIR = "data"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class VerlExport:
     tool_config: Path
     rollout: Path
     overrides: Path
+    data: list[Path]
 
 
 def verl_tool_schema(spec: ToolSpec) -> dict[str, Any]:
@@ -99,10 +106,42 @@ def _overrides(settings: dict[str, Any], prefix: str = "") -> list[str]:
     return lines
 
 
-def export_verl(toolset: str, url: str, out_dir: Path) -> VerlExport:
-    """Write the tool config, the rollout settings and their overrides into ``out_dir``."""
+def with_tools_kwargs(table: pa.Table, tool_names: list[str]) -> pa.Table:
+    """``table`` with ``extra_info.tools_kwargs``: for every tool, ``{"create_kwargs": {"scenes": [...]}}``
+    holding the row's ``extra_info.scene`` (none for a photograph), which verl passes to ``create``."""
+    extra_info = table.column("extra_info").combine_chunks()
+    scenes = extra_info.field("scene").to_pylist() if "scene" in extra_info.type.names else []
+    kwargs = [
+        {name: {"create_kwargs": {"scenes": [scene] if scene else []}} for name in tool_names}
+        for scene in scenes or [None] * len(table)
+    ]
+    fields = [extra_info.field(name) for name in extra_info.type.names if name != "tools_kwargs"]
+    names = [name for name in extra_info.type.names if name != "tools_kwargs"]
+    extended = pa.StructArray.from_arrays([*fields, pa.array(kwargs)], names=[*names, "tools_kwargs"])
+    return table.set_column(table.schema.get_field_index("extra_info"), "extra_info", extended)
+
+
+def export_verl_data(data: Path, toolset: str, out_dir: Path) -> list[Path]:
+    """Copies of the parquet files of ``data`` (a file or a folder) whose rows carry ``tools_kwargs``."""
+    names = [spec.name for spec in Toolshed(toolset).specs()]
+    sources = parquet_files(data)
+    if not sources:
+        raise FileNotFoundError(f"no parquet files in {data}")
+    tables = {source.name: with_tools_kwargs(pq.read_table(source), names) for source in sources}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, table in tables.items():
+        pq.write_table(table, out_dir / name, compression="zstd")
+        written.append(out_dir / name)
+    return written
+
+
+def export_verl(toolset: str, url: str, out_dir: Path, data: Path | None = None) -> VerlExport:
+    """Write the tool config, the rollout settings and their overrides into ``out_dir``, and with ``data``
+    its parquet files with the tools' create arguments into ``out_dir/data``."""
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    written = export_verl_data(data, toolset, out_dir / DATA_DIR) if data is not None else []
     tool_config_path = out_dir / TOOL_CONFIG_FILE
     tool_config_path.write_text(yaml.safe_dump(tool_config(toolset, url), sort_keys=False))
     settings = rollout_settings(tool_config_path, Path(dispatch.__file__).resolve())
@@ -110,4 +149,4 @@ def export_verl(toolset: str, url: str, out_dir: Path) -> VerlExport:
     rollout_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     overrides_path = out_dir / OVERRIDES_FILE
     overrides_path.write_text("\n".join(_overrides(settings)) + "\n")
-    return VerlExport(tool_config_path, rollout_path, overrides_path)
+    return VerlExport(tool_config_path, rollout_path, overrides_path, written)
