@@ -94,6 +94,17 @@ def test_the_whole_recipe_runs_resumes_after_kill_9_and_a_rerun_only_reports(tmp
     assert again.exit_code == 0, again.output
     assert "[grpo_no_irl] done before, skipped" in again.output and "…" not in again.output
     assert json.loads((out / "results.json").read_text()) == results
+    # The trained checkpoint is a model `spacetools eval --policy hf` runs.
+    evaluated = CliRunner().invoke(
+        app,
+        [
+            "eval", "--policy", "hf", "--option", f"model_path={out / 'grpo' / 'model'}",
+            "--option", "max_new_tokens=8", "--data", str(out / "data" / "eval"),
+            "--out", str(tmp_path / "eval"), "--max-turns", "1",
+        ],
+    )  # fmt: skip
+    assert evaluated.exit_code == 0, evaluated.output
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["n"] == 2
 
     # The same run killed with -9 once stage 2 has checkpointed its first step (eval, the ablation's SFT,
     # GRPO and eval still ahead), then the same command again: it continues and ends where the unbroken
