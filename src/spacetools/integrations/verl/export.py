@@ -110,14 +110,14 @@ def with_tools_kwargs(table: pa.Table, tool_names: list[str]) -> pa.Table:
     """``table`` with ``extra_info.tools_kwargs``: for every tool, ``{"create_kwargs": {"scenes": [...]}}``
     holding the row's ``extra_info.scene`` (none for a photograph), which verl passes to ``create``."""
     extra_info = table.column("extra_info").combine_chunks()
-    scenes = extra_info.field("scene").to_pylist() if "scene" in extra_info.type.names else []
+    keys = [key for key in extra_info.type.names if key != "tools_kwargs"]
+    scenes = extra_info.field("scene").to_pylist() if "scene" in keys else [None] * len(table)
     kwargs = [
         {name: {"create_kwargs": {"scenes": [scene] if scene else []}} for name in tool_names}
-        for scene in scenes or [None] * len(table)
+        for scene in scenes
     ]
-    fields = [extra_info.field(name) for name in extra_info.type.names if name != "tools_kwargs"]
-    names = [name for name in extra_info.type.names if name != "tools_kwargs"]
-    extended = pa.StructArray.from_arrays([*fields, pa.array(kwargs)], names=[*names, "tools_kwargs"])
+    fields = [extra_info.field(key) for key in keys]
+    extended = pa.StructArray.from_arrays([*fields, pa.array(kwargs)], names=[*keys, "tools_kwargs"])
     return table.set_column(table.schema.get_field_index("extra_info"), "extra_info", extended)
 
 
