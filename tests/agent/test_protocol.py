@@ -19,6 +19,7 @@ from spacetools.agent.protocol import (
     parse_turn,
     tool_message,
     truncate_middle,
+    without_thoughts,
 )
 from spacetools.tools.definition import ToolResult, ToolSpec, hermes_tools_block
 
@@ -258,3 +259,16 @@ def test_a_code_fence_is_unwrapped_and_a_lone_surrogate_passes_through() -> None
         '<tool_call>```json\n{"name": "echo.echo", "arguments": {"text": "\\ud800"}}\n```</tool_call>'
     )
     assert fenced.tool_calls[0].arguments == {"text": "\ud800"}
+
+
+def test_without_thoughts_empties_every_think_block_and_keeps_calls_and_answer() -> None:
+    call = '<tool_call>{"name": "echo.echo", "arguments": {"note": "at (0.41, 0.52)"}}</tool_call>'
+    turn = (
+        f"<think>The mug is at (0.41, 0.52).\nNext</think>\n{call}\n<THINK>more</THINK><answer>(A)</answer>"
+    )
+    stripped = without_thoughts(turn)
+    assert stripped == f"<think></think>\n{call}\n<think></think><answer>(A)</answer>"
+    parsed, original = parse_turn(stripped), parse_turn(turn)
+    assert (parsed.answer, parsed.tool_calls) == (original.answer, original.tool_calls)
+    assert parsed.think is not None and not parsed.think.strip()
+    assert without_thoughts("no tags here") == "no tags here"

@@ -118,6 +118,11 @@ CASES: list[tuple[str, Case, str]] = [
         lambda p: ["tools", "run", "--scene", "1", "--calls", str(p / "none.json")],
         "no such file",
     ),
+    (
+        "mix-unknown-thoughts",
+        lambda p: ["train", "mix", "--source", f"{p / 'file.txt'}=1", "--out", "x", "--thoughts", "some"],
+        "'some' is not one of 'full', 'empty'",
+    ),
     ("unknown-command", lambda p: ["evaluate"], "No such command 'evaluate'"),
 ]
 

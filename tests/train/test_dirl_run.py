@@ -140,3 +140,17 @@ def test_without_stage_1_is_the_full_run_when_the_irl_teacher_gave_nothing(tmp_p
     assert run._no_irl_is_full()  # the same rows, in another order
     (tmp_path / "traces_mix" / "traces.jsonl").write_text(rows[0] + "\n")
     assert not run._no_irl_is_full()
+
+
+def test_both_mixes_carry_the_configs_teacher_thoughts(tmp_path: Path) -> None:
+    turn = "<think>The mug is at (0.4, 0.5).</think>\n<answer>Yes</answer>"
+    row = {"id": "u", "messages": [{"role": "assistant", "content": turn}]}
+    for stage in ("traces_irl", "traces_universal"):
+        (tmp_path / stage).mkdir()
+        (tmp_path / stage / "traces.jsonl").write_text(json.dumps(row) + "\n")
+    run = DIRLRun(DIRLConfig(teacher_thoughts="empty"), tmp_path)
+    for stage, mix in (("traces_mix", run._mix), ("traces_no_irl", run._mix_without_irl)):
+        (tmp_path / stage).mkdir()
+        mix(tmp_path / stage)
+        written = [json.loads(line) for line in (tmp_path / stage / "traces.jsonl").read_text().splitlines()]
+        assert {r["messages"][0]["content"] for r in written} == {"<think></think>\n<answer>Yes</answer>"}

@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from spacetools.agent.types import Trajectory
 from spacetools.bench.spatialsim.generator import generate_group, write_families
+from spacetools.cli.main import app
 from spacetools.toolshed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.train.config import TracesConfig
@@ -98,3 +100,39 @@ def test_an_empty_source_is_left_out_of_the_mix_and_all_empty_is_an_error(tmp_pa
     universal.write_text("")
     with pytest.raises(ValueError, match="every source is empty"):
         mix_traces({irl: 1, universal: 3}, tmp_path / "mix.jsonl", seed=0)
+
+
+def test_a_mix_with_empty_thoughts_keeps_every_turn_but_the_teachers_reasoning(tmp_path: Path) -> None:
+    turns = [
+        {"role": "user", "content": "<think>the user's text stays</think> Where is the mug?"},
+        {"role": "assistant", "content": '<think>Find it.</think>\n<tool_call>{"name": "a.b"}</tool_call>'},
+        {"role": "tool", "content": "<tool_response>\nat (0.4, 0.5)\n</tool_response>"},
+        {
+            "role": "assistant",
+            "content": "<think>It is at (0.4, 0.5).</think>\n<answer>[(0.4, 0.5)]</answer>",
+        },
+    ]
+    source = tmp_path / "universal.jsonl"
+    source.write_text(json.dumps({"id": "u0", "messages": turns}) + "\n")
+    full, empty = tmp_path / "full" / "mix.jsonl", tmp_path / "empty" / "mix.jsonl"
+    mix_traces({source: 1}, full, seed=0)
+    mix_traces({source: 1}, empty, seed=0, thoughts="empty")
+    assert json.loads(full.read_text())["messages"] == turns
+    stripped = json.loads(empty.read_text())["messages"]
+    assert [m["content"] for m in stripped] == [
+        turns[0]["content"],
+        '<think></think>\n<tool_call>{"name": "a.b"}</tool_call>',
+        turns[2]["content"],
+        "<think></think>\n<answer>[(0.4, 0.5)]</answer>",
+    ]
+
+
+def test_the_mix_command_writes_into_a_new_folder_with_empty_thoughts(tmp_path: Path) -> None:
+    turn = "<think>It is at (0.4, 0.5).</think>\n<answer>Yes</answer>"
+    source = tmp_path / "universal.jsonl"
+    source.write_text(json.dumps({"id": "u0", "messages": [{"role": "assistant", "content": turn}]}) + "\n")
+    out = tmp_path / "new" / "folder" / "mix.jsonl"
+    arguments = ["train", "mix", "--source", f"{source}=1", "--out", str(out), "--thoughts", "empty"]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["messages"][0]["content"] == "<think></think>\n<answer>Yes</answer>"

@@ -390,3 +390,11 @@ def parse_turn(text: str, tool_names: Collection[str] | None = None) -> ParsedTu
         answer=answer.text if answer.source in ("tag", "unclosed_tag") else None,
         errors=errors,
     )
+
+
+_THINK_RE = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+
+
+def without_thoughts(text: str) -> str:
+    """The turn with the text of its ``<think>`` blocks removed; the tags, calls and answer stay."""
+    return _THINK_RE.sub("<think></think>", text)

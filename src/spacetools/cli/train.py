@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.cli.options import check_out_folder
-from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, TracesConfig, load_config
+from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
 CONFIG_HELP = "A YAML file of settings; options given here win over it."
@@ -72,6 +72,9 @@ def mix(
     ),
     out: Path = typer.Option(..., "--out", help="The mixed SFT data set (JSONL)."),
     seed: int = typer.Option(0, "--seed", min=0),
+    thoughts: Thoughts = typer.Option(
+        "full", "--thoughts", help="full, or empty: the teachers' <think> blocks left empty."
+    ),
 ) -> None:
     """Mix SFT data sets at the given weights (the paper: IRL teacher 1 to universal teacher 3)."""
     from spacetools.train.traces import mix_traces
@@ -85,7 +88,9 @@ def mix(
             raise typer.BadParameter(f"{item!r} is not PATH=WEIGHT", param_hint="--source") from None
         if not sep or not Path(path).is_file():
             raise typer.BadParameter(f"{path or item!r} is not a file", param_hint="--source")
-    taken = _run(lambda: mix_traces(sources, check_out_folder(out.parent) / out.name, seed=seed))
+    taken = _run(
+        lambda: mix_traces(sources, check_out_folder(out.parent) / out.name, seed=seed, thoughts=thoughts)
+    )
     for path, count in taken.items():
         typer.echo(f"{count:6d} rows from {path}")
 

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 Config = TypeVar("Config", bound=BaseModel)
 CONFIG_FILE = "config.json"
+Thoughts = Literal["full", "empty"]
+"""What SFT data keeps of a teacher's `<think>` text: all of it, or empty tags."""
 
 
 class SFTConfig(BaseModel):
@@ -168,6 +170,9 @@ class DIRLConfig(BaseModel):
     irl_toolset: str = "pointing"
     irl_families: list[str] = Field(default_factory=lambda: ["robospatial"])
     mix: dict[str, float] = Field(default_factory=lambda: {"irl": 1.0, "universal": 3.0})
+    teacher_thoughts: Thoughts = Field(
+        "full", description="`empty` trains on the teachers' turns with empty <think> blocks"
+    )
     sft: dict[str, Any] = Field(default_factory=dict)
     grpo: dict[str, Any] = Field(default_factory=dict)
     ablation: bool = Field(False, description="also train DIRL without stage 1 (the IRL teacher)")

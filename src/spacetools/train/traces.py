@@ -4,7 +4,8 @@ A teacher (the scripted expert, an OpenAI-compatible model, or a local checkpoin
 of a data set with live tools. An episode becomes a training example only when its answer scored at
 least the family's threshold, it ended with an answer, and the teacher did not fall back to a guess
 after a tool failure. `mix_traces` combines sources at a ratio (the paper: 1 IRL-teacher trace to 3
-universal-teacher traces). Rows: `{"id", "data_source", "family", "teacher", "score", "messages",
+universal-teacher traces); it can empty the teacher's `<think>` text, for a model too small to reason in
+words (the tiny config). Rows: `{"id", "data_source", "family", "teacher", "score", "messages",
 "images"}`, images as data URLs; the messages address them by index as in a trajectory.
 """
 
@@ -21,13 +22,14 @@ import numpy as np
 
 from spacetools.agent.policies import make_policy
 from spacetools.agent.policies.scripted import is_fallback
+from spacetools.agent.protocol import without_thoughts
 from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
 from spacetools.rewards.benchmarks import benchmark
 from spacetools.tools import imagecodec
 from spacetools.toolshed import ToolProvider
-from spacetools.train.config import TracesConfig
+from spacetools.train.config import Thoughts, TracesConfig
 from spacetools.train.grpo import tool_provider
 
 EXACT_KINDS = ("yes_no", "choice")
@@ -119,12 +121,15 @@ def collect_traces(config: TracesConfig, policy: Policy | None = None) -> dict[s
     return asyncio.run(collect_traces_async(config, policy))
 
 
-def mix_traces(sources: dict[Path, float], out: Path, *, seed: int = 0) -> dict[str, int]:
+def mix_traces(
+    sources: dict[Path, float], out: Path, *, seed: int = 0, thoughts: Thoughts = "full"
+) -> dict[str, int]:
     """Mix SFT data sets at the given weights: as many rows as the weights allow without repeating any.
 
     With weights {irl: 1, universal: 3}, the mix holds k rows of the first and 3k of the second for the
     largest k both can give; rows are shuffled with `seed`. Returns the rows taken per source. A source
     with no rows (a teacher that answered nothing correctly) is left out rather than emptying the mix.
+    `thoughts="empty"` writes the teacher's turns with empty `<think></think>` blocks.
     """
     rows = {path: path.read_text(encoding="utf-8").splitlines() for path in sources}
     given = [len(rows[path]) / weight for path, weight in sources.items() if weight > 0 and rows[path]]
@@ -137,7 +142,18 @@ def mix_traces(sources: dict[Path, float], out: Path, *, seed: int = 0) -> dict[
     for path, weight in sources.items():
         count = min(len(rows[path]), int(scale * weight + 1e-9))  # the epsilon: 4/3 * 3 is 4
         chosen = rng.permutation(len(rows[path]))[:count]
-        mixed.extend(rows[path][i] for i in chosen)
+        mixed.extend(
+            rows[path][i] if thoughts == "full" else _without_thoughts(rows[path][i]) for i in chosen
+        )
         taken[str(path)] = count
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(mixed[i] + "\n" for i in rng.permutation(len(mixed))), encoding="utf-8")
     return taken
+
+
+def _without_thoughts(line: str) -> str:
+    row = json.loads(line)
+    for message in row.get("messages", []):
+        if message.get("role") == "assistant" and isinstance(message.get("content"), str):
+            message["content"] = without_thoughts(message["content"])
+    return json.dumps(row)
