@@ -268,16 +268,14 @@ class DIRLRun:
             self.stage_dir(f"traces_{name}") / "traces.jsonl": weight
             for name, weight in self.config.mix.items()
         }
-        thoughts = self.config.teacher_thoughts
-        taken = mix_traces(sources, folder / "traces.jsonl", seed=self.config.seed, thoughts=thoughts)
-        (folder / "taken.json").write_text(json.dumps(taken, indent=2) + "\n", encoding="utf-8")
+        self._write_mix(sources, folder)
 
     def _mix_without_irl(self, folder: Path) -> None:
-        universal = self.stage_dir("traces_universal") / "traces.jsonl"
+        self._write_mix({self.stage_dir("traces_universal") / "traces.jsonl": 1.0}, folder)
+
+    def _write_mix(self, sources: dict[Path, float], folder: Path) -> None:
         thoughts = self.config.teacher_thoughts
-        taken = mix_traces(
-            {universal: 1.0}, folder / "traces.jsonl", seed=self.config.seed, thoughts=thoughts
-        )
+        taken = mix_traces(sources, folder / "traces.jsonl", seed=self.config.seed, thoughts=thoughts)
         (folder / "taken.json").write_text(json.dumps(taken, indent=2) + "\n", encoding="utf-8")
 
     def _no_irl_is_full(self) -> bool:

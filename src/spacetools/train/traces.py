@@ -143,7 +143,7 @@ def mix_traces(
         count = min(len(rows[path]), int(scale * weight + 1e-9))  # the epsilon: 4/3 * 3 is 4
         chosen = rng.permutation(len(rows[path]))[:count]
         mixed.extend(
-            rows[path][i] if thoughts == "full" else _without_thoughts(rows[path][i]) for i in chosen
+            rows[path][i] if thoughts == "full" else _row_without_thoughts(rows[path][i]) for i in chosen
         )
         taken[str(path)] = count
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +151,7 @@ def mix_traces(
     return taken
 
 
-def _without_thoughts(line: str) -> str:
+def _row_without_thoughts(line: str) -> str:
     row = json.loads(line)
     for message in row.get("messages", []):
         if message.get("role") == "assistant" and isinstance(message.get("content"), str):
