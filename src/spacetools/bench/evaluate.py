@@ -250,11 +250,6 @@ def score_text(sample: Sample, solution_text: str) -> dict[str, Any]:
     return compute_score(sample.data_source, solution_text, sample.ground_truth, sample.extra_info)
 
 
-def score_sample(sample: Sample, trajectory: Trajectory) -> dict[str, Any]:
-    """The reward module's score of a trajectory against the sample's ground truth."""
-    return score_text(sample, trajectory.solution_text)
-
-
 def thumbnail_data_url(image: np.ndarray, width: int = THUMBNAIL_WIDTH) -> str:
     """A small JPEG data URL of an RGB image (tool pictures in the report)."""
     return imagecodec.thumbnail_data_url(image, width)

@@ -60,8 +60,6 @@ CATALOGUE: tuple[ObjectKind, ...] = (
     ObjectKind("tray", "asset", weight=0.5, assets=("tray/traybox.urdf",), scale=0.3),
 )  # fmt: skip
 
-KIND_BY_CATEGORY: dict[str, ObjectKind] = {kind.category: kind for kind in CATALOGUE}
-
 CATALOGUE_ASSETS: frozenset[str] = frozenset(asset for kind in CATALOGUE for asset in kind.assets)
 """Every asset a scene may name: a scene spec from anywhere else is refused, so no path reaches loadURDF."""
 

@@ -11,14 +11,6 @@ GRIPPER_MAX_WIDTH = 0.08
 FINGER_LENGTH = 0.045
 """Distance from a finger base (at the palm) to its tip along the approach axis, metres."""
 
-GRIPPER_POINT_NAMES = (
-    "Grasp center",
-    "Left finger base",
-    "Right finger base",
-    "Left finger tip",
-    "Right finger tip",
-)
-
 
 def gripper_points(pose: ArrayLike, width: float) -> NDArray[np.float64]:
     """The five gripper points (5, 3) in the frame the pose is expressed in (the camera frame).

@@ -29,7 +29,6 @@ from spacetools.sim.world import Scene, View
 
 ARM_JOINTS = tuple(range(7))
 FINGER_JOINTS = (9, 10)
-HAND_LINK = 8
 TCP_LINK = 11
 """panda_grasptarget: between the finger tips."""
 PALM_TO_TCP = 0.0466

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 from PIL import Image
-from tests.integration.eval_run import read_run, run_eval
-from tests.integration.test_eval_original_layout import robospatial_rows, task_ids, write_original_parquet
+from tests.end_to_end.eval_run import read_run, run_eval
+from tests.end_to_end.test_eval_original_layout import robospatial_rows, task_ids, write_original_parquet
 from typer.testing import CliRunner
 
 from chat_server import RespondingChatServer
