@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import shapely
 from scipy.spatial import ConvexHull, QhullError
 
 from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
@@ -84,27 +85,17 @@ def box_corners(origin: np.ndarray, axes: np.ndarray, low: np.ndarray, high: np.
 
 
 def min_area_rectangle(points_2d: np.ndarray) -> tuple[float, np.ndarray]:
-    """The angle of the minimum-area enclosing rectangle of 2D points, and its two unit axes (2x2 columns).
-
-    Rotating calipers on the convex hull: one side of the optimal rectangle lies on a hull edge.
-    """
-    try:
-        hull = points_2d[ConvexHull(points_2d).vertices]
-    except (QhullError, ValueError):
+    """The angle of the minimum-area enclosing rectangle of 2D points, and its two unit axes (2x2 columns)."""
+    rectangle = shapely.MultiPoint(points_2d).minimum_rotated_rectangle
+    if not isinstance(rectangle, shapely.Polygon):
         # Degenerate (collinear) footprint: align with its principal direction.
-        centred = points_2d - points_2d.mean(axis=0)
-        direction = np.linalg.svd(centred, full_matrices=False)[2][0]
+        direction = np.linalg.svd(points_2d - points_2d.mean(axis=0), full_matrices=False)[2][0]
         angle = float(np.arctan2(direction[1], direction[0]))
         return angle, _rotation_2d(angle)
-    edges = np.roll(hull, -1, axis=0) - hull
-    angles = np.unique(np.mod(np.arctan2(edges[:, 1], edges[:, 0]), np.pi / 2))
-    best_angle, best_area = 0.0, np.inf
-    for angle in angles:
-        rotated = hull @ _rotation_2d(angle)
-        area = float(np.prod(rotated.max(axis=0) - rotated.min(axis=0)))
-        if area < best_area:
-            best_angle, best_area = float(angle), area
-    return best_angle, _rotation_2d(best_angle)
+    corners = np.asarray(rectangle.exterior.coords)
+    edge = corners[1] - corners[0]
+    angle = float(np.mod(np.arctan2(edge[1], edge[0]), np.pi / 2))
+    return angle, _rotation_2d(angle)
 
 
 def _rotation_2d(angle: float) -> np.ndarray:
