@@ -163,8 +163,13 @@ def test_the_token_guards_every_endpoint_but_health(
         assert httpx.get(f"{url}/capture_image").status_code == 401
         wrong = {"Authorization": "Bearer " + "x" * len(TOKEN)}
         assert httpx.post(f"{url}/execute_grasp", json={"grasp_pose": []}, headers=wrong).status_code == 401
-        with pytest.raises(RobotUnavailableError, match="HTTP 401"):
+        monkeypatch.delenv(TOKEN_ENV, raising=False)
+        with pytest.raises(
+            RobotUnavailableError, match=f"requires a bearer token and got no token: set {TOKEN_ENV}"
+        ):
             HttpRobot(url, timeout_s=30).capture_image()
+        with pytest.raises(RobotUnavailableError, match="got a token it does not accept"):
+            HttpRobot(url, timeout_s=30, token="z" * len(TOKEN)).execute_grasp(np.eye(4))
         client = HttpRobot(url, timeout_s=30, token=TOKEN)
         assert np.array_equal(client.capture_image(), robot.capture_image())
         client.close()

@@ -38,6 +38,7 @@ class HttpRobot:
                  transport: httpx.BaseTransport | None = None, token: str | None = None) -> None:  # fmt: skip
         self.base_url = base_url.rstrip("/")
         token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self._has_token = bool(token)
         headers = {"Authorization": f"Bearer {token}"} if token else None
         # httpx retries nothing by default (no `retries` on the transport): a motion goes out once.
         self._client = httpx.Client(
@@ -107,6 +108,12 @@ class HttpRobot:
                 f"the connection to the robot at {self.base_url} broke during {path} "
                 f"({type(exc).__name__}: {exc}){maybe_moved}"
             ) from None
+        if response.status_code == 401:  # the server's text speaks of a Toolshed: say what to set here
+            sent = "a token it does not accept" if self._has_token else "no token"
+            raise RobotUnavailableError(
+                f"the robot at {self.base_url} requires a bearer token and got {sent}: set {TOKEN_ENV} "
+                "to the server's token"
+            )
         if response.status_code in (409, 422):
             raise RobotMotionError(_detail(response))
         if not response.is_success:
