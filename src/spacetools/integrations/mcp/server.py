@@ -106,7 +106,7 @@ class _Front:
         try:
             attachments = None if scenes is None else [_scene_attachment(scene) for scene in scenes]
             session = self.toolshed.open_session(arrays, attachments, seed)
-        except (TooManySessionsError, MemoryLimitError, ValueError) as exc:  # the caps say which
+        except (TooManySessionsError, ValueError) as exc:  # a MemoryLimitError too: each cap names itself
             raise ToolError(str(exc)) from None
         last = len(arrays) - 1
         return f"{SESSION_ID}: {session.id}\nimages: {len(arrays)} (image_index 0 to {last})"
