@@ -20,10 +20,14 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from PIL import Image
+from typer.testing import CliRunner
 
+from spacetools.cli.main import app
 from spacetools.sim.layout import build_scene
 from spacetools.tools import imagecodec
+from spacetools.toolshed.limits import TOKEN_ENV
 
 SERVE = [
     sys.executable,
@@ -37,6 +41,10 @@ SERVE = [
     "exact",
 ]
 ClientFactory = Callable[[], AbstractAsyncContextManager[ClientSession]]
+# The streamable HTTP server runs with the HTTP Toolshed's protections, at limits a test can reach.
+TOKEN = "an-mcp-token-of-32-characters!!!"
+MAX_IMAGE_PIXELS = 400_000  # the 640x480 scene fits, 700x700 does not
+MAX_BODY_BYTES = 4_000_000
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +77,34 @@ async def stdio_session() -> AsyncIterator[ClientSession]:
         yield session
 
 
+@asynccontextmanager
+async def http_session(url: str, token: str = TOKEN) -> AsyncIterator[ClientSession]:
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as client,
+        streamable_http_client(url, http_client=client) as streams,
+        _session(streams[0], streams[1]) as session,
+    ):
+        yield session
+
+
 @pytest.fixture(scope="module")
-def http_url() -> Any:
+def http_log(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return tmp_path_factory.mktemp("mcp-log") / "server.log"
+
+
+@pytest.fixture(scope="module")
+def http_url(http_log: Any) -> Any:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [*SERVE, "--mcp-transport", "streamable-http", "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [
+        *SERVE,
+        *("--mcp-transport", "streamable-http", "--port", str(port), "--token", TOKEN),
+        *("--max-image-pixels", str(MAX_IMAGE_PIXELS), "--max-sessions", "1"),
+        *("--max-body-bytes", str(MAX_BODY_BYTES)),
+    ]
+    log = http_log.open("w")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 120
     try:
         while True:
@@ -90,6 +119,7 @@ def http_url() -> Any:
     finally:
         process.terminate()
         process.wait(timeout=30)
+        log.close()
 
 
 def _text(result: Any) -> str:
@@ -168,12 +198,67 @@ def test_mcp_over_stdio_with_an_image_file(scene: dict[str, Any]) -> None:
 @pytest.mark.slow
 def test_mcp_over_streamable_http_with_a_data_url(scene: dict[str, Any], http_url: str) -> None:
     async def run() -> None:
-        async with streamable_http_client(http_url) as streams:
-            read, write = streams[0], streams[1]
-            async with _session(read, write) as session:
-                await _exercise(session, scene, imagecodec.to_data_url(scene["rgb"]))
-                # Over HTTP, a file path on the server is not an image source.
-                refused = await session.call_tool("open_session", {"images": [scene["path"]]})
-                assert refused.is_error and "cannot read the image" in _text(refused)
+        async with http_session(http_url) as session:
+            await _exercise(session, scene, imagecodec.to_data_url(scene["rgb"]))
+            # Over HTTP, a file path on the server is not an image source.
+            refused = await session.call_tool("open_session", {"images": [scene["path"]]})
+            assert refused.is_error and "cannot read the image" in _text(refused)
 
     anyio.run(run)
+
+
+@pytest.mark.slow
+def test_mcp_over_http_requires_the_token_and_caps_bodies(http_url: str) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    assert httpx.post(http_url, json=initialize, headers=headers).status_code == 401
+    wrong = {**headers, "Authorization": "Bearer " + "x" * len(TOKEN)}
+    assert httpx.post(http_url, json=initialize, headers=wrong).status_code == 401
+    right = {**headers, "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    too_big = httpx.post(http_url, content=b" " * (MAX_BODY_BYTES + 1), headers=right)
+    assert too_big.status_code == 413
+
+
+@pytest.mark.slow
+def test_mcp_over_http_has_the_image_and_session_limits(
+    scene: dict[str, Any], http_url: str, http_log: Any
+) -> None:
+    async def run() -> None:
+        async with http_session(http_url) as session:
+            large = imagecodec.to_data_url(np.zeros((700, 700, 3), np.uint8))  # a few KB of PNG
+            refused = await session.call_tool("open_session", {"images": [large]})
+            assert refused.is_error
+            assert f"700x700 pixels is over the limit of {MAX_IMAGE_PIXELS:,} pixels" in _text(refused)
+
+            first = await session.call_tool(
+                "open_session", {"images": [imagecodec.to_data_url(scene["rgb"])]}
+            )
+            assert not first.is_error, _text(first)
+            second = await session.call_tool(
+                "open_session", {"images": [imagecodec.to_data_url(scene["rgb"])]}
+            )
+            assert second.is_error and "maximum of 1 open sessions" in _text(second)
+            session_id = _text(first).split("session_id: ")[1].split()[0]
+            await session.call_tool("close_session", {"session_id": session_id})
+
+            # Hostile names: the answers say what was wrong; the log keeps a short line of each.
+            name = "Z" * 100_000
+            unknown = await session.call_tool(name, {})
+            assert unknown.is_error and "Unknown tool" in _text(unknown)
+            bogus = await session.call_tool(
+                "depth_estimator-estimate_depth", {"session_id": "Q" * 100_000, "image_index": 0}
+            )
+            assert bogus.is_error and "(100,000 characters) is closed" in _text(bogus)
+
+    anyio.run(run)
+    log = http_log.read_text()
+    assert "characters)" in log  # the refusals were logged, cut short
+    assert log.count("Z") < 1_000 and log.count("Q") < 1_000
+
+
+def test_mcp_over_http_beyond_loopback_needs_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    arguments = ["serve", "--mcp", "--mcp-transport", "streamable-http", "--host", "0.0.0.0"]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 2
+    assert "exposes the tools to the network" in " ".join(result.output.split())

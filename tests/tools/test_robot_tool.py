@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import uvicorn
 
+from spacetools.integrations.robot_api.server import create_robot_app
 from spacetools.sim.layout import build_scene
 from spacetools.tools.robot import RobotMotionError, RobotTool, RobotUnavailableError
 from spacetools.tools.robot.http_client import HttpRobot
-from spacetools.tools.robot.server import create_robot_app
 from spacetools.tools.robot.simulated import SimulatedRobot
 from spacetools.toolshed import ToolDeployment, Toolshed
 
@@ -106,6 +106,10 @@ def test_bad_arguments_and_missing_scenes_are_error_results(scene: dict[str, Any
             assert session.set_variable("not_a_pose", np.eye(3))
             wrong = await session.call("robot.execute_grasp", {"grasp_pose": "$not_a_pose"})
             assert wrong.is_error and "4x4" in wrong.text
+            shear = np.array([[1, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0.5], [0, 0, 0, 1]], dtype=np.float64)
+            assert session.set_variable("sheared", shear)
+            sheared = await session.call("robot.execute_grasp", {"grasp_pose": "$sheared"})
+            assert sheared.is_error and "must be orthonormal" in sheared.text
             no_scene = shed.open_session([scene["image"]])
             missing = await no_scene.call("robot.capture_image", {})
             assert missing.is_error and "no simulated scene" in missing.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -12,6 +13,8 @@ from rich.table import Table
 
 from spacetools.agent.policies import make_policy
 from spacetools.cli.options import comma_list, key_values, profile_option
+from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES as ROBOT_MAX_BODY_BYTES
+from spacetools.tools.robot.http_client import TOKEN_ENV as ROBOT_TOKEN_ENV
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -25,21 +28,37 @@ def serve(
     seed: int = typer.Option(0, "--seed", help="Task seed (the same seed gives the same scene)."),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8765, "--port", min=1, max=65535),
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar=ROBOT_TOKEN_ENV,
+            show_envvar=True,
+            help="Bearer token clients must send (at least 16 characters; required beyond loopback).",
+        ),
+    ] = None,
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1, help="Largest request body (a motion's is a few hundred bytes).")
+    ] = ROBOT_MAX_BODY_BYTES,
 ) -> None:
     """Serve a simulated robot (one world) with the robot HTTP API of the original."""
     import uvicorn
 
     from spacetools.bench.robot.tasks import CATEGORIES, make_task
-    from spacetools.tools.robot.server import create_robot_app
+    from spacetools.integrations.robot_api.server import check_exposure, create_robot_app
     from spacetools.tools.robot.simulated import SimulatedRobot
 
     if category not in CATEGORIES:
         raise typer.BadParameter(f"unknown category {category!r}; choose one of: {', '.join(CATEGORIES)}")
+    try:
+        check_exposure(host, token)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--token" if token else "--host") from None
     task = make_task(category, seed)
     robot = SimulatedRobot.from_spec(task.scene, record_frames=False)
     console.print(f"Robot at http://{host}:{port}  task: {task.question}")
     try:
-        uvicorn.run(create_robot_app(robot), host=host, port=port, log_level="warning")
+        app = create_robot_app(robot, token=token, max_body_bytes=max_body_bytes)
+        uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         robot.close()
 

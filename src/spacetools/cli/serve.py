@@ -37,7 +37,7 @@ def serve(
         typer.Option(
             envvar=TOKEN_ENV,
             show_envvar=True,
-            help="Bearer token clients must send (at least 16 characters).",
+            help="Bearer token clients must send, over HTTP and MCP streamable HTTP (at least 16 characters).",
         ),
     ] = None,
     max_body_bytes: Annotated[
@@ -122,29 +122,40 @@ def serve(
     # Imported here so the rest of the command line does not pay for the web stack.
     from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
 
+    if not mcp or mcp_transport == "streamable-http":  # stdio: the client runs the server itself
+        try:
+            limits.check_exposure(host)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--host") from error
+    return_freed_memory()
     if mcp:
         toolshed = toolshed_for(deployments, limits, profile=profile, seed=seed)
-        _serve_mcp(toolshed, "stdio" if mcp_transport == "stdio" else "streamable-http", host, port)
+        _serve_mcp(toolshed, limits, "stdio" if mcp_transport == "stdio" else "streamable-http", host, port)
         return
-    try:
-        limits.check_exposure(host)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--host") from error
     import uvicorn
 
-    return_freed_memory()
     app = create_app(toolshed_for(deployments, limits, profile=profile, seed=seed), limits)
     uvicorn.run(app, host=host, port=port, log_level="info")
 
 
 def _serve_mcp(
-    toolshed: Toolshed, transport: Literal["stdio", "streamable-http"], host: str, port: int
+    toolshed: Toolshed,
+    limits: ServerLimits,
+    transport: Literal["stdio", "streamable-http"],
+    host: str,
+    port: int,
 ) -> None:
-    from spacetools.integrations.mcp.server import create_mcp_server
+    import logging
+
+    from spacetools.integrations.mcp.server import create_mcp_server, shorten_log_lines, streamable_http_app
 
     # Over stdio the client runs the server on its own machine, so image file paths are its own.
-    server = create_mcp_server(toolshed, read_local_files=transport == "stdio")
+    server = create_mcp_server(toolshed, read_local_files=transport == "stdio", limits=limits)
     if transport == "stdio":
+        shorten_log_lines()
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        return
+    import uvicorn
+
+    shorten_log_lines(logging.getLogger("uvicorn.error"), logging.getLogger("uvicorn.access"))
+    uvicorn.run(streamable_http_app(server, limits, host), host=host, port=port, log_level="info")

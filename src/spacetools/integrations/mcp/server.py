@@ -12,12 +12,18 @@ and closes it. Three tools manage sessions, and every Toolshed tool method is on
   tool's own arguments plus ``session_id``. Its result is the tool's text, then the images it made as
   image content; those images join the session under the indices the text names. Tool failures are
   results with ``isError`` set, as the model would read them in the rollout.
+
+It keeps the HTTP Toolshed's limits (:class:`~spacetools.toolshed.limits.ServerLimits`): images over
+``max_image_pixels`` are refused before decoding, the Toolshed's session and memory caps answer a clear
+error, and over streamable HTTP (:func:`streamable_http_app`) request bodies are capped, the bearer token
+is the HTTP server's, and log lines that carry a client's text are cut short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,16 +35,22 @@ from mcp.server.mcpserver.tools.base import Tool as MCPTool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp_types import CallToolResult, ImageContent, TextContent
 from pydantic import ConfigDict
+from starlette.applications import Starlette
 
 from spacetools.agent.protocol import image_note
 from spacetools.tools import imagecodec
 from spacetools.tools.definition import ToolResult, ToolSpec
 from spacetools.tools.function_names import FunctionNames
+from spacetools.toolshed.http import BearerTokenMiddleware
+from spacetools.toolshed.limits import ServerLimits
+from spacetools.toolshed.session import MemoryLimitError, TooManySessionsError
 from spacetools.toolshed.shed import Session, Toolshed
 
-__all__ = ["SESSION_ID", "create_mcp_server"]
+__all__ = ["MAX_LOGGED_CHARS", "SESSION_ID", "create_mcp_server", "shorten_log_lines", "streamable_http_app"]
 
 SESSION_ID = "session_id"
+MAX_LOGGED_CHARS = 500
+"""Longest log line or echoed client text: a tool name or session id of 100,000 characters is cut."""
 _SESSION_ID_SCHEMA = {"type": "string", "description": "The session from open_session."}
 
 
@@ -54,9 +66,10 @@ class _Arguments(ArgModelBase):
 class _Front:
     """The MCP server's view of one Toolshed: its sessions and how images come in."""
 
-    def __init__(self, toolshed: Toolshed, read_local_files: bool) -> None:
+    def __init__(self, toolshed: Toolshed, read_local_files: bool, max_image_pixels: int) -> None:
         self.toolshed = toolshed
         self.read_local_files = read_local_files
+        self.max_image_pixels = max_image_pixels
 
     def session(self, arguments: dict[str, Any]) -> Session:
         session_id = arguments.pop(SESSION_ID, None)
@@ -66,7 +79,7 @@ class _Front:
             return self.toolshed.session(session_id)
         except KeyError:
             raise ToolError(
-                f"session {session_id} is closed, expired or unknown; open one with open_session"
+                f"session {_clipped(session_id)} is closed, expired or unknown; open one with open_session"
             ) from None
 
     async def image(self, data: str) -> Any:
@@ -75,7 +88,7 @@ class _Front:
         else:
             source = data
         try:
-            return await asyncio.to_thread(imagecodec.decode, source)
+            return await asyncio.to_thread(imagecodec.decode, source, max_pixels=self.max_image_pixels)
         except (ValueError, OSError) as exc:
             raise ToolError(f"cannot read the image {data[:40]!r}: {exc}") from None
 
@@ -93,7 +106,7 @@ class _Front:
         try:
             attachments = None if scenes is None else [_scene_attachment(scene) for scene in scenes]
             session = self.toolshed.open_session(arrays, attachments, seed)
-        except ValueError as exc:
+        except (TooManySessionsError, ValueError) as exc:  # a MemoryLimitError too: each cap names itself
             raise ToolError(str(exc)) from None
         last = len(arrays) - 1
         return f"{SESSION_ID}: {session.id}\nimages: {len(arrays)} (image_index 0 to {last})"
@@ -107,7 +120,10 @@ class _Front:
             scene: The image's scene spec JSON, if it shows a simulated scene.
         """
         session = self.session({SESSION_ID: session_id})
-        index = session.add_image(await self.image(image), _scene_attachment(scene))
+        try:
+            index = session.add_image(await self.image(image), _scene_attachment(scene))
+        except MemoryLimitError as exc:
+            raise ToolError(str(exc)) from None
         return f"image_index: {index}"
 
     async def close_session(self, session_id: str) -> str:
@@ -167,13 +183,17 @@ def _mcp_tool(
     )
 
 
-def create_mcp_server(toolshed: Toolshed, *, read_local_files: bool = False) -> MCPServer[Any]:
+def create_mcp_server(
+    toolshed: Toolshed, *, read_local_files: bool = False, limits: ServerLimits | None = None
+) -> MCPServer[Any]:
     """An MCP server serving ``toolshed``, which it starts on startup and closes on shutdown.
 
     ``read_local_files`` lets clients name images by file path (right for stdio, where the client
-    runs the server; not for a server others reach over HTTP).
+    runs the server; not for a server others reach over HTTP). ``limits`` (default: ``ServerLimits()``)
+    gives the largest image; the session and memory caps are the Toolshed's own (``toolshed_for``).
     """
-    front = _Front(toolshed, read_local_files)
+    limits = limits or ServerLimits()
+    front = _Front(toolshed, read_local_files, limits.max_image_pixels)
     names = FunctionNames(spec.name for spec in toolshed.specs())
     tools = [front.tool(spec, names.to_wire(spec.name)) for spec in toolshed.specs()]
 
@@ -193,6 +213,49 @@ def create_mcp_server(toolshed: Toolshed, *, read_local_files: bool = False) -> 
     for method in (front.open_session, front.add_image, front.close_session):
         server.add_tool(method)
     return server
+
+
+def streamable_http_app(server: MCPServer[Any], limits: ServerLimits, host: str) -> Starlette:
+    """The server's streamable HTTP app (at ``/mcp``) with the HTTP Toolshed's protections.
+
+    Bodies over ``max_body_bytes`` are refused (413), MCP sessions are capped at ``max_sessions`` and
+    expire after ``session_ttl_s`` idle, and with a token every request must carry it (401), checked by
+    the HTTP Toolshed's middleware. Check the host first with ``limits.check_exposure``.
+    """
+    app = server.streamable_http_app(
+        host=host,
+        max_request_body_size=limits.max_body_bytes,
+        max_sessions=limits.max_sessions,
+        session_idle_timeout=limits.session_ttl_s,
+    )
+    if limits.token is not None:
+        app.add_middleware(BearerTokenMiddleware, token=limits.token)
+    return app
+
+
+class _ShortLines(logging.Filter):
+    """Cuts a log line to ``MAX_LOGGED_CHARS``: the tool names and ids in it come from the client."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > MAX_LOGGED_CHARS:
+            record.msg, record.args = _clipped(message), None
+        return True
+
+
+def shorten_log_lines(*loggers: logging.Logger) -> None:
+    """Cut long lines on the root logger's handlers (where the `mcp` library's lines go) and on
+    ``loggers`` (those that do not propagate to the root, such as uvicorn's)."""
+    for handler_or_logger in [*logging.getLogger().handlers, *loggers]:
+        if not any(isinstance(f, _ShortLines) for f in handler_or_logger.filters):
+            handler_or_logger.addFilter(_ShortLines())
+
+
+def _clipped(text: str) -> str:
+    """``text``, or its start and its length when it is longer than ``MAX_LOGGED_CHARS``."""
+    if len(text) <= MAX_LOGGED_CHARS:
+        return text
+    return f"{text[:MAX_LOGGED_CHARS]}… ({len(text):,} characters)"
 
 
 def _scene_attachment(scene: str | None) -> dict[str, Any] | None:

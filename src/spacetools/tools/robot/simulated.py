@@ -15,7 +15,7 @@ import numpy as np
 
 from spacetools.sim.robot import MotionError, MotionReport, RobotWorld
 from spacetools.sim.scene import SceneSpec
-from spacetools.tools.robot.backend import DepthFrame, MotionOutcome, RobotMotionError
+from spacetools.tools.robot.backend import DepthFrame, MotionOutcome, RobotMotionError, pose_problem
 
 DEFAULT_MAX_WORLDS = 8
 CLOSED_SESSIONS_KEPT = 4096
@@ -48,8 +48,8 @@ class SimulatedRobot:
 
     def execute_grasp(self, grasp_pose: np.ndarray) -> MotionOutcome:
         pose = np.asarray(grasp_pose, dtype=np.float64)
-        if pose.shape != (4, 4):
-            raise RobotMotionError(f"grasp_pose must be a 4x4 matrix, got shape {pose.shape}")
+        if (problem := pose_problem(pose)) is not None:
+            raise RobotMotionError(problem)
         return self._run(lambda: self.world.grasp(self.world.camera.cam_to_world @ pose))
 
     def place_object_at_2d_location(self, point_2d: tuple[float, float]) -> MotionOutcome:
@@ -69,6 +69,8 @@ class SimulatedRobot:
 
     def place_object_at_3d_location(self, point_3d: tuple[float, float, float]) -> MotionOutcome:
         point = np.asarray(point_3d, dtype=np.float64).reshape(1, 3)
+        if not np.all(np.isfinite(point)):
+            raise RobotMotionError("placement_point_3d must hold finite numbers only")
         return self._place_world(self.world.camera.camera_to_world(point)[0])
 
     def close(self) -> None:

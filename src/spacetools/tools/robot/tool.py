@@ -25,6 +25,7 @@ from spacetools.tools.robot.backend import (
     RobotBackend,
     RobotMotionError,
     RobotUnavailableError,
+    pose_problem,
 )
 
 _T = TypeVar("_T")
@@ -157,8 +158,8 @@ class RobotTool(Tool):
             grasp_pose: 4x4 grasp pose in the camera frame, e.g. "$grasp_pose" from compute_grasp.
         """
         pose = np.asarray(grasp_pose, dtype=np.float64)
-        if pose.shape != (4, 4) or not np.all(np.isfinite(pose)):
-            raise ToolError(f"grasp_pose must be a finite 4x4 matrix, got shape {pose.shape}")
+        if (problem := pose_problem(pose)) is not None:
+            raise ToolError(problem)
         return self._motion(ctx, "Grasp", lambda robot: robot.execute_grasp(pose))
 
     @tool_method

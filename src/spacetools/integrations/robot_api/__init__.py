@@ -1,0 +1,1 @@
+"""Robot front: the original's robot HTTP API over any `RobotBackend` (:mod:`.server`)."""
