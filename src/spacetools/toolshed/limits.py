@@ -19,9 +19,17 @@ TOKEN_ENV = "SPACETOOLS_TOOLSHED_TOKEN"
 class ServerLimits(BaseModel):
     """The limits of one Toolshed server."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    max_body_bytes: int = Field(default=64 * 2**20, gt=0, description="Largest request body (413 past it).")
+    max_body_bytes: int = Field(
+        default=64 * 2**20, gt=0, description="Largest request body: sessions and images (413 past it)."
+    )
+    max_call_body_bytes: int = Field(
+        default=2**20,
+        gt=0,
+        description="Largest body of a turn's tool calls (413 past it): calls carry no images, and "
+        "reading a body costs time in its size.",
+    )
     max_image_pixels: int = Field(
         default=4096 * 4096, gt=0, description="Largest image, width x height, checked before decoding (413)."
     )

@@ -45,7 +45,7 @@ from spacetools.toolshed.session import (
     check_session_inputs,
 )
 from spacetools.toolshed.toolsets import get_toolset
-from spacetools.toolshed.variables import resolve_references
+from spacetools.toolshed.variables import referenced_names, resolve_references
 
 __all__ = ["Session", "Toolshed"]
 
@@ -53,6 +53,9 @@ Arguments = Mapping[str, Any] | str | None
 
 #: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
 MAX_ARGUMENT_DEPTH = 32
+#: Values (containers and scalars) one call's arguments may hold: a few thousand points at most in a
+#: real call; past this the walk, the validation and the seed would cost seconds of server time.
+MAX_ARGUMENT_ELEMENTS = 100_000
 
 
 class Session:
@@ -278,9 +281,14 @@ class Toolshed:
         router, method = entry
         try:
             state = self._store.get(state.id)
-            raw = _parse_arguments(name, arguments)
-            resolved = resolve_references(raw, lambda variable: self._store.lookup(state, variable))
-            kwargs = method.validate(resolved)
+            # Reading and walking the arguments costs time in their size: it runs off the event loop,
+            # so that one hostile call cannot stall the others (or `/health`). The session's variables
+            # are looked up here, on the loop that owns the store.
+            raw, names = await asyncio.to_thread(_read_arguments, name, arguments)
+            values = {variable: self._store.lookup(state, variable) for variable in names}
+            kwargs, identity = await asyncio.to_thread(
+                _resolve_and_validate, method, raw, values, [self.seed, state.seed, name]
+            )
             ctx = ToolContext(
                 session_id=state.id,
                 images={
@@ -288,7 +296,7 @@ class Toolshed:
                 },
                 image_sizes=[(image.shape[0], image.shape[1]) for image in state.images],
                 attachments=list(state.attachments),
-                rng=np.random.default_rng(self._call_seed(state, name, raw)),
+                rng=np.random.default_rng(_call_seed(state, identity)),
             )
         # Exception: whatever else the model's arguments provoke (an integer too long to write, say)
         # is the model's error to read, not the server's.
@@ -332,21 +340,6 @@ class Toolshed:
         for router in self._releasing:
             router.release_session(session_id)
 
-    def _call_seed(self, state: SessionState, name: str, raw_arguments: dict[str, Any]) -> int:
-        """A stable seed from the call's identity and how often it was made before in the session.
-
-        Results then depend neither on scheduling nor on the process that runs the call.
-        """
-        identity = json.dumps(
-            [self.seed, state.seed, name, raw_arguments],
-            sort_keys=True,
-            separators=(",", ":"),
-            default=_digest,
-        )
-        repeat = state.call_repeats[identity]
-        state.call_repeats[identity] += 1
-        return int.from_bytes(hashlib.sha256(f"{identity}#{repeat}".encode()).digest()[:8], "little")
-
     def _unknown_tool_message(self, name: str) -> str:
         known = list(self._methods)
         close = difflib.get_close_matches(name, known, n=1)
@@ -354,9 +347,14 @@ class Toolshed:
         return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
 
 
-def _parse_arguments(name: str, arguments: Arguments) -> dict[str, Any]:
+def _read_arguments(name: str, arguments: Arguments) -> tuple[dict[str, Any], list[str]]:
+    """The call's arguments as an object, checked for shape, and the variables they reference.
+
+    `ToolError` for text that is not JSON, for anything but an object, for nesting deeper than
+    `MAX_ARGUMENT_DEPTH` and for more than `MAX_ARGUMENT_ELEMENTS` values.
+    """
     if arguments is None:
-        return {}
+        return {}, []
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -366,23 +364,52 @@ def _parse_arguments(name: str, arguments: Arguments) -> dict[str, Any]:
             raise ToolError(f"the arguments for {name} are not valid JSON: {reason}") from None
     if not isinstance(arguments, Mapping):
         raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
-    if _nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
-        raise ToolError(f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-    return dict(arguments)
+    _check_shape(name, arguments)
+    return dict(arguments), referenced_names(arguments)
 
 
-def _nesting_depth(value: Any) -> int:
-    """How deeply lists and objects nest in `value` (iterative: the input may be hostile)."""
-    deepest, stack = 0, [(value, 1)]
+def _check_shape(name: str, arguments: Mapping[str, Any]) -> None:
+    """`ToolError` at the first container nested deeper than `MAX_ARGUMENT_DEPTH`, or past the
+    `MAX_ARGUMENT_ELEMENTS`-th value: the walk stops there (it is iterative, in document order, since
+    the input may be hostile)."""
+    stack: list[tuple[Any, int]] = [(arguments, 1)]
+    seen = 0
     while stack:
         item, depth = stack.pop()
+        seen += 1
+        if seen > MAX_ARGUMENT_ELEMENTS:
+            raise ToolError(
+                f"the arguments for {name} hold more than {MAX_ARGUMENT_ELEMENTS:,} values; pass large "
+                "data as a variable"
+            )
         if isinstance(item, Mapping | list | tuple):
-            deepest = max(deepest, depth)
-            if depth <= MAX_ARGUMENT_DEPTH:
-                stack.extend(
-                    (child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item)
+            if depth > MAX_ARGUMENT_DEPTH:
+                raise ToolError(
+                    f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
                 )
-    return deepest
+            children = list(item.values() if isinstance(item, Mapping) else item)
+            stack.extend((child, depth + 1) for child in reversed(children))
+
+
+def _resolve_and_validate(
+    method: ToolMethod, raw: dict[str, Any], values: dict[str, Any], identity_head: list[Any]
+) -> tuple[dict[str, Any], str]:
+    """The validated keyword arguments (references replaced by `values`) and the call's identity text,
+    from which its seed is drawn (the arguments as the model wrote them, so that seeds do not depend
+    on variable contents)."""
+    kwargs = method.validate(resolve_references(raw, values.__getitem__))
+    identity = json.dumps([*identity_head, raw], sort_keys=True, separators=(",", ":"), default=_digest)
+    return kwargs, identity
+
+
+def _call_seed(state: SessionState, identity: str) -> int:
+    """A stable seed from the call's identity and how often it was made before in the session.
+
+    Results then depend neither on scheduling nor on the process that runs the call.
+    """
+    repeat = state.call_repeats[identity]
+    state.call_repeats[identity] += 1
+    return int.from_bytes(hashlib.sha256(f"{identity}#{repeat}".encode()).digest()[:8], "little")
 
 
 def _digest(value: Any) -> str:
