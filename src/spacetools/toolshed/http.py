@@ -171,14 +171,17 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
 
     @app.get("/health")
     async def health() -> HealthResponse:
-        """Liveness, with the realism profile, the size of the service and each tool's availability."""
+        """Liveness, with the realism profile, the size of the service and each tool's availability:
+        "degraded" while a tool turns calls away or has no live instance."""
         stats = toolshed.stats()
         tools = {
             name: ToolAvailability.model_validate(toolshed.router(name).availability())
             for name in stats["tools"]
         }
         return HealthResponse(
-            status="ok" if all(tool.available for tool in tools.values()) else "degraded",
+            status="ok"
+            if all(tool.available and tool.live_instances for tool in tools.values())
+            else "degraded",
             profile=toolshed.profile,
             tool_methods=len(toolshed.specs()),
             open_sessions=stats["sessions"]["open"],

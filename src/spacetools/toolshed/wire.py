@@ -123,7 +123,7 @@ class ToolAvailability(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    """`GET /health`: "ok" when every tool is available, "degraded" while one is not."""
+    """`GET /health`: "ok" when every tool is available with a live instance, "degraded" while one is not."""
 
     status: Literal["ok", "degraded"] = "ok"
     profile: str | None

@@ -19,6 +19,7 @@ from spacetools.tools.definition import (
     invoke_tool_method,
     release_tool_session,
 )
+from spacetools.toolshed.backends.base import SetupFailed
 from spacetools.toolshed.deployment import resolve_tool_class
 
 __all__ = ["InProcessInstance"]
@@ -80,7 +81,7 @@ class InProcessInstance:
             tool = resolve_tool_class(self._tool_ref)(**self._config)
             tool.setup()
         except Exception as exc:
-            _settle(loop, ready, RuntimeError(f"{self._name} setup failed: {type(exc).__name__}: {exc}"))
+            _settle(loop, ready, SetupFailed(f"{self._name} setup failed: {type(exc).__name__}: {exc}"))
             return
         _settle(loop, ready, None)
         while True:
