@@ -172,6 +172,12 @@ class Toolshed:
     def _add(self, deployment: ToolDeployment) -> None:
         tool_class = deployment.tool_class()
         tool_class.check_config(deployment.config)  # a bad setting fails here, not in every instance
+        unknown = sorted(set(deployment.config) - tool_class.config_keys)
+        if tool_class.config_keys and unknown:  # a tool that names its settings takes no others
+            raise ValueError(
+                f"tool {tool_class.name!r} has no setting {', '.join(unknown)} "
+                f"(its settings: {', '.join(sorted(tool_class.config_keys))})"
+            )
         if tool_class.name in self._routers:
             raise ValueError(f"tool {tool_class.name!r} is deployed twice")
         make_instance = instance_factory(deployment, tool_class.name)
