@@ -56,6 +56,8 @@ MAX_ARGUMENT_DEPTH = 32
 #: Values (containers and scalars) one call's arguments may hold: a few thousand points at most in a
 #: real call; past this the walk, the validation and the seed would cost seconds of server time.
 MAX_ARGUMENT_ELEMENTS = 100_000
+#: The longest expired sessions wait to be swept (a quarter of the time to live when that is shorter).
+MAX_SWEEP_INTERVAL_S = 30.0
 
 
 class Session:
@@ -166,6 +168,7 @@ class Toolshed:
         self._autoscalers: dict[str, Autoscaler] = {}
         self._unknown_calls = 0
         self._started = False
+        self._sweeper: asyncio.Task[None] | None = None
         for deployment in deployments:
             self._add(deployment)
 
@@ -208,14 +211,25 @@ class Toolshed:
             raise failures[0]
         for autoscaler in self._autoscalers.values():
             autoscaler.start()
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_expired())
         self._started = True
 
     async def close(self) -> None:
         """Stop every instance and release every session."""
         self._started = False
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         await asyncio.gather(*(autoscaler.close() for autoscaler in self._autoscalers.values()))
         await asyncio.gather(*(router.close() for router in self._routers.values()))
         self._store.release_all()
+
+    async def _sweep_expired(self) -> None:
+        """Expire idle sessions on a timer, so that what they hold here and in the tools is freed even
+        when no request comes to do it."""
+        interval = min(self._store.ttl_s / 4, MAX_SWEEP_INTERVAL_S)
+        while True:
+            await asyncio.sleep(interval)
+            self._store.sweep()
 
     async def __aenter__(self) -> Toolshed:
         await self.start()
@@ -290,8 +304,8 @@ class Toolshed:
             # Reading and walking the arguments costs time in their size: it runs off the event loop,
             # so that one hostile call cannot stall the others (or `/health`). The session's variables
             # are looked up here, on the loop that owns the store.
-            raw, names = await asyncio.to_thread(_read_arguments, name, arguments)
-            values = {variable: self._store.lookup(state, variable) for variable in names}
+            raw, referenced = await asyncio.to_thread(_read_arguments, name, arguments)
+            values = {variable: self._store.lookup(state, variable) for variable in referenced}
             kwargs, identity = await asyncio.to_thread(
                 _resolve_and_validate, method, raw, values, [self.seed, state.seed, name]
             )
