@@ -250,7 +250,8 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         in_flight += 1
         try:
             session = open_session(session_id)
-            # Parsed off the event loop (see `_read_calls`); the body is small by `max_call_body_bytes`.
+            # Parsed off the event loop. JSON parsing holds the interpreter lock all the same: what
+            # bounds its stall is `max_call_body_bytes`; the walk of the arguments yields (see shed).
             calls = await asyncio.to_thread(_read_calls, await request.body())
             if len(calls) > admitted and in_flight + len(calls) - admitted > limits.max_calls_in_flight:
                 raise refuse(len(calls))

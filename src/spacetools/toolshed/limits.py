@@ -25,10 +25,10 @@ class ServerLimits(BaseModel):
         default=64 * 2**20, gt=0, description="Largest request body: sessions and images (413 past it)."
     )
     max_call_body_bytes: int = Field(
-        default=2**20,
+        default=256 * 2**10,
         gt=0,
         description="Largest body of a turn's tool calls (413 past it): calls carry no images, and "
-        "reading a body costs time in its size.",
+        "parsing JSON holds the interpreter lock for a time in the body's size.",
     )
     max_image_pixels: int = Field(
         default=4096 * 4096, gt=0, description="Largest image, width x height, checked before decoding (413)."
