@@ -52,6 +52,20 @@ class Untouchable(list):  # type: ignore[type-arg]
         return super().__iter__()
 
 
+def read_response(raw: socket.socket) -> str:
+    """One whole HTTP response (head and body) from a raw connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += raw.recv(4096)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += raw.recv(4096)
+    return (head + b"\r\n\r\n" + body).decode()
+
+
 def nested(depth: int) -> Any:
     value: Any = []
     for _ in range(depth - 1):
@@ -149,10 +163,25 @@ def test_a_call_over_the_in_flight_limit_is_refused_before_its_body_is_read(http
                 f"POST /sessions/{session_id}/calls HTTP/1.1\r\nHost: {host}\r\n"
                 "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n".encode()
             )
-            head = raw.recv(4096).decode()
+            head = read_response(raw)
         GateTool.opened.set()
         assert [future.result().json()[0]["text"] for future in held] == ["0", "1", "2"]
     status_line, *headers = head.split("\r\n\r\n")[0].split("\r\n")
     assert status_line.startswith("HTTP/1.1 503")
     assert "retry-after: 1" in [header.lower() for header in headers]
     assert http.get("/stats").json()["calls_refused"] == 1
+
+
+def test_a_call_body_that_does_not_arrive_is_a_408() -> None:
+    limits = ServerLimits(call_body_timeout_s=0.5)
+    with serving(toolshed_for([ToolDeployment(tool=EchoTool, backend="inprocess")], limits), limits) as url:
+        session_id = httpx.post(f"{url}/sessions", json={"images": []}).json()["id"]
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as raw:
+            raw.sendall(
+                f"POST /sessions/{session_id}/calls HTTP/1.1\r\nHost: {host}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n[".encode()
+            )
+            head = read_response(raw)
+        assert head.startswith("HTTP/1.1 408") and "did not arrive within 0.5 s" in head
+        assert httpx.get(f"{url}/stats").json()["calls_in_flight"] == 0

@@ -252,7 +252,14 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
             session = open_session(session_id)
             # Parsed off the event loop. JSON parsing holds the interpreter lock all the same: what
             # bounds its stall is `max_call_body_bytes`; the walk of the arguments yields (see shed).
-            calls = await asyncio.to_thread(_read_calls, await request.body())
+            try:
+                body = await asyncio.wait_for(request.body(), limits.call_body_timeout_s)
+            except asyncio.TimeoutError:
+                raise HTTPException(
+                    status.HTTP_408_REQUEST_TIMEOUT,
+                    f"the body did not arrive within {limits.call_body_timeout_s:g} s",
+                ) from None
+            calls = await asyncio.to_thread(_read_calls, body)
             if len(calls) > admitted and in_flight + len(calls) - admitted > limits.max_calls_in_flight:
                 raise refuse(len(calls))
             in_flight += max(len(calls) - admitted, 0)

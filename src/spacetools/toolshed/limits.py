@@ -30,6 +30,12 @@ class ServerLimits(BaseModel):
         description="Largest body of a turn's tool calls (413 past it): calls carry no images, and "
         "parsing JSON holds the interpreter lock for a time in the body's size.",
     )
+    call_body_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest the body of an admitted call may take to arrive (408 past it), so that "
+        "a slow client cannot hold a place among the calls in flight.",
+    )
     max_image_pixels: int = Field(
         default=4096 * 4096, gt=0, description="Largest image, width x height, checked before decoding (413)."
     )
