@@ -43,7 +43,8 @@ class SlowArray:
 
 
 class Untouchable(list):  # type: ignore[type-arg]
-    """A list that records being walked: the argument check must stop before it."""
+    """A list that records being walked: the argument check must stop before it (made longer than
+    what is read on the event loop, so that only that check could walk it)."""
 
     walked = False
 
@@ -86,6 +87,7 @@ def test_health_answers_while_a_call_is_being_validated() -> None:
     shed = Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")])
     with serving(shed) as url, httpx.Client(base_url=url, timeout=30) as http:
         session_id = http.post("/sessions", json={"images": []}).json()["id"]
+        # An object of unknown cost to check is checked off the loop, as are large arguments.
         shed.session(session_id).set_variable("held", SlowArray())  # the server is idle meanwhile
         body = [{"name": "echo.describe", "arguments": {"data": "$held"}}]
         with ThreadPoolExecutor(1) as pool:
@@ -100,14 +102,14 @@ def test_health_answers_while_a_call_is_being_validated() -> None:
 
 def test_the_argument_check_stops_at_the_first_container_too_deep() -> None:
     Untouchable.walked = False
-    text = call_echo({"text": nested(MAX_ARGUMENT_DEPTH + 8), "later": Untouchable([1, 2])})
+    text = call_echo({"text": nested(MAX_ARGUMENT_DEPTH + 8), "later": Untouchable([0] * 300)})
     assert text == f"Error: the arguments for echo.echo are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
     assert not Untouchable.walked
 
 
 def test_arguments_past_the_element_cap_are_refused_where_the_count_passes_it() -> None:
     Untouchable.walked = False
-    text = call_echo({"text": [0] * MAX_ARGUMENT_ELEMENTS, "later": Untouchable([1, 2])})
+    text = call_echo({"text": [0] * MAX_ARGUMENT_ELEMENTS, "later": Untouchable([0] * 300)})
     assert text.startswith(
         f"Error: the arguments for echo.echo hold more than {MAX_ARGUMENT_ELEMENTS:,} values"
     )

@@ -14,9 +14,9 @@ import difflib
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from spacetools.toolshed.variables import referenced_names, resolve_references
 __all__ = ["Session", "Toolshed"]
 
 Arguments = Mapping[str, Any] | str | None
+_T = TypeVar("_T")
 
 #: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
 MAX_ARGUMENT_DEPTH = 32
@@ -301,13 +302,19 @@ class Toolshed:
         router, method = entry
         try:
             state = self._store.get(state.id)
-            # Reading and walking the arguments costs time in their size: it runs off the event loop,
-            # so that one hostile call cannot stall the others (or `/health`). The session's variables
-            # are looked up here, on the loop that owns the store.
-            raw, referenced = await asyncio.to_thread(_read_arguments, name, arguments)
+            # Reading and walking the arguments costs time in their size: unless they are small, it
+            # runs off the event loop, so that one hostile call cannot stall the others (or `/health`).
+            # The session's variables are looked up here, on the loop that owns the store.
+            small = _is_small(arguments)
+            raw, referenced = await _run(small, _read_arguments, name, arguments)
             values = {variable: self._store.lookup(state, variable) for variable in referenced}
-            kwargs, identity = await asyncio.to_thread(
-                _resolve_and_validate, method, raw, values, [self.seed, state.seed, name]
+            kwargs, identity = await _run(
+                small and _is_small(values),
+                _resolve_and_validate,
+                method,
+                raw,
+                values,
+                [self.seed, state.seed, name],
             )
             ctx = ToolContext(
                 session_id=state.id,
@@ -365,6 +372,41 @@ class Toolshed:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
+
+
+#: Arguments with at most this many values, and no text or array bigger than `_SMALL_BYTES`, are read
+#: on the event loop: a thread's round trip would cost more than they do.
+_SMALL_VALUES = 256
+_SMALL_BYTES = 16 * 2**10
+
+
+def _is_small(value: Any) -> bool:
+    """Whether `value` is cheap to read, walk and validate (at most `_SMALL_VALUES` values looked at)."""
+    stack, budget = [value], _SMALL_VALUES
+    while stack:
+        item = stack.pop()
+        budget -= 1
+        if isinstance(item, Mapping | list | tuple):
+            if len(item) > budget:
+                return False
+            stack.extend(item.values() if isinstance(item, Mapping) else item)
+        elif isinstance(item, str | bytes | np.ndarray):
+            if _byte_size(item) > _SMALL_BYTES:
+                return False
+        elif not isinstance(item, int | float | None | np.generic):  # of unknown cost to check
+            return False
+        if budget < 0:
+            return False
+    return True
+
+
+def _byte_size(item: str | bytes | np.ndarray) -> int:
+    return item.nbytes if isinstance(item, np.ndarray) else len(item)
+
+
+async def _run(inline: bool, work: Callable[..., _T], *args: Any) -> _T:
+    """`work(*args)`, here when `inline`, else in a thread (off the event loop)."""
+    return work(*args) if inline else await asyncio.to_thread(work, *args)
 
 
 def _read_arguments(name: str, arguments: Arguments) -> tuple[dict[str, Any], list[str]]:
