@@ -10,7 +10,7 @@ with `PYTHONPATH` at another checkout's `src` to measure that code side by side.
     once with no one else posting, as the reference of its cost.
 (b) burst: `--burst` requests of one call each (a 50 ms sleep) at once, against 8 in-process
     instances with a 1.5 s tool timeout and 3 s of queue wait (the deadline: 4.5 s), at most
-    `--in-flight` calls admitted. Reported: client-side latency percentiles of all answers (target:
+    `--in-flight` calls admitted (one burst per value given). Reported: client-side latency percentiles of all answers (target:
     p99 within the deadline + 1 s) and of the 503s (which must be fast), and the answers by kind.
 """
 
@@ -182,20 +182,27 @@ async def burst(url: str, requests: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hostile-clients", type=int, default=2)
-    parser.add_argument("--hostile-mb", type=float, nargs="+", default=[0.25, 8.0])
+    parser.add_argument("--hostile-mb", type=float, nargs="+", default=[0.24, 8.0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--burst", type=int, default=1000)
-    parser.add_argument("--in-flight", type=int, default=256, help="the server's max_calls_in_flight")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        nargs="+",
+        default=[256, 16],
+        help="the server's max_calls_in_flight (a burst each)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     report: dict[str, Any] = {"load": os.getloadavg()[0], "cpus": os.cpu_count()}
     for megabytes in args.hostile_mb:
-        with server_process(args.in_flight) as url:
+        with server_process(args.in_flight[0]) as url:
             report[f"hostile_{megabytes:g}mb"] = asyncio.run(
                 hostile(url, args.hostile_clients, megabytes, args.seconds)
             )
-    with server_process(args.in_flight) as url:
-        report["burst"] = asyncio.run(burst(url, args.burst))
+    for in_flight in args.in_flight:
+        with server_process(in_flight) as url:
+            report[f"burst_in_flight_{in_flight}"] = asyncio.run(burst(url, args.burst))
     report["load_after"] = os.getloadavg()[0]
     print(json.dumps(report, indent=None if args.json else 2))
 
