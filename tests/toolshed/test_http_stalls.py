@@ -18,9 +18,9 @@ from serving import GateTool, serving, wait_for_stats
 
 from spacetools.tools.diagnostics import EchoTool
 from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed.arguments import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ELEMENTS
 from spacetools.toolshed.http import toolshed_for
 from spacetools.toolshed.limits import ServerLimits
-from spacetools.toolshed.shed import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ELEMENTS
 
 VALIDATING = threading.Event()  # a call's validation has begun
 VALIDATED = threading.Event()  # ... and ended

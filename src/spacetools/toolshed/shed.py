@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import hashlib
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType, TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +27,14 @@ from spacetools.tools.definition import (
     error_result,
     releases_sessions,
     tool_methods,
+)
+from spacetools.toolshed.arguments import (
+    Arguments,
+    call_seed,
+    is_small,
+    read_arguments,
+    resolve_and_validate,
+    run,
 )
 from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
 from spacetools.toolshed.backends import instance_factory
@@ -45,18 +51,10 @@ from spacetools.toolshed.session import (
     check_session_inputs,
 )
 from spacetools.toolshed.toolsets import get_toolset
-from spacetools.toolshed.variables import referenced_names, resolve_references
 
 __all__ = ["Session", "Toolshed"]
 
-Arguments = Mapping[str, Any] | str | None
-_T = TypeVar("_T")
 
-#: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
-MAX_ARGUMENT_DEPTH = 32
-#: Values (containers and scalars) one call's arguments may hold: a few thousand points at most in a
-#: real call; past this the walk, the validation and the seed would cost seconds of server time.
-MAX_ARGUMENT_ELEMENTS = 100_000
 #: The longest expired sessions wait to be swept (a quarter of the time to live when that is shorter).
 MAX_SWEEP_INTERVAL_S = 30.0
 
@@ -305,12 +303,12 @@ class Toolshed:
             # Reading and walking the arguments costs time in their size: unless they are small, it
             # runs off the event loop, so that one hostile call cannot stall the others (or `/health`).
             # The session's variables are looked up here, on the loop that owns the store.
-            small = _is_small(arguments)
-            raw, referenced = await _run(small, _read_arguments, name, arguments)
+            small = is_small(arguments)
+            raw, referenced = await run(small, read_arguments, name, arguments)
             values = {variable: self._store.lookup(state, variable) for variable in referenced}
-            kwargs, identity = await _run(
-                small and _is_small(values),
-                _resolve_and_validate,
+            kwargs, identity = await run(
+                small and is_small(values),
+                resolve_and_validate,
                 method,
                 raw,
                 values,
@@ -323,7 +321,7 @@ class Toolshed:
                 },
                 image_sizes=[(image.shape[0], image.shape[1]) for image in state.images],
                 attachments=list(state.attachments),
-                rng=np.random.default_rng(_call_seed(state, identity)),
+                rng=np.random.default_rng(call_seed(state, identity)),
             )
         # Exception: whatever else the model's arguments provoke (an integer too long to write, say)
         # is the model's error to read, not the server's.
@@ -372,113 +370,3 @@ class Toolshed:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
-
-
-#: Arguments with at most this many values, and no text or array bigger than `_SMALL_BYTES`, are read
-#: on the event loop: a thread's round trip would cost more than they do.
-_SMALL_VALUES = 256
-_SMALL_BYTES = 16 * 2**10
-
-
-def _is_small(value: Any) -> bool:
-    """Whether `value` is cheap to read, walk and validate (at most `_SMALL_VALUES` values looked at)."""
-    stack, budget = [value], _SMALL_VALUES
-    while stack:
-        item = stack.pop()
-        budget -= 1
-        if isinstance(item, Mapping | list | tuple):
-            if len(item) > budget:
-                return False
-            stack.extend(item.values() if isinstance(item, Mapping) else item)
-        elif isinstance(item, str | bytes | np.ndarray):
-            if _byte_size(item) > _SMALL_BYTES:
-                return False
-        elif not isinstance(item, int | float | None | np.generic):  # of unknown cost to check
-            return False
-        if budget < 0:
-            return False
-    return True
-
-
-def _byte_size(item: str | bytes | np.ndarray) -> int:
-    return item.nbytes if isinstance(item, np.ndarray) else len(item)
-
-
-async def _run(inline: bool, work: Callable[..., _T], *args: Any) -> _T:
-    """`work(*args)`, here when `inline`, else in a thread (off the event loop)."""
-    return work(*args) if inline else await asyncio.to_thread(work, *args)
-
-
-def _read_arguments(name: str, arguments: Arguments) -> tuple[dict[str, Any], list[str]]:
-    """The call's arguments as an object, checked for shape, and the variables they reference.
-
-    `ToolError` for text that is not JSON, for anything but an object, for nesting deeper than
-    `MAX_ARGUMENT_DEPTH` and for more than `MAX_ARGUMENT_ELEMENTS` values.
-    """
-    if arguments is None:
-        return {}, []
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        # ValueError: an integer of more digits than Python converts; RecursionError: deep nesting.
-        except (ValueError, RecursionError) as exc:
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise ToolError(f"the arguments for {name} are not valid JSON: {reason}") from None
-    if not isinstance(arguments, Mapping):
-        raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
-    _check_shape(name, arguments)
-    return dict(arguments), referenced_names(arguments)
-
-
-def _check_shape(name: str, arguments: Mapping[str, Any]) -> None:
-    """`ToolError` at the first container nested deeper than `MAX_ARGUMENT_DEPTH`, or past the
-    `MAX_ARGUMENT_ELEMENTS`-th value: the walk stops there (it is iterative, in document order, since
-    the input may be hostile)."""
-    stack: list[tuple[Any, int]] = [(arguments, 1)]
-    seen = 0
-    while stack:
-        item, depth = stack.pop()
-        seen += 1
-        if seen > MAX_ARGUMENT_ELEMENTS:
-            raise ToolError(
-                f"the arguments for {name} hold more than {MAX_ARGUMENT_ELEMENTS:,} values; pass large "
-                "data as a variable"
-            )
-        if isinstance(item, Mapping | list | tuple):
-            if depth > MAX_ARGUMENT_DEPTH:
-                raise ToolError(
-                    f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
-                )
-            children = list(item.values() if isinstance(item, Mapping) else item)
-            stack.extend((child, depth + 1) for child in reversed(children))
-
-
-def _resolve_and_validate(
-    method: ToolMethod, raw: dict[str, Any], values: dict[str, Any], identity_head: list[Any]
-) -> tuple[dict[str, Any], str]:
-    """The validated keyword arguments (references replaced by `values`) and the call's identity text,
-    from which its seed is drawn (the arguments as the model wrote them, so that seeds do not depend
-    on variable contents)."""
-    kwargs = method.validate(resolve_references(raw, values.__getitem__))
-    identity = json.dumps([*identity_head, raw], sort_keys=True, separators=(",", ":"), default=_digest)
-    return kwargs, identity
-
-
-def _call_seed(state: SessionState, identity: str) -> int:
-    """A stable seed from the call's identity and how often it was made before in the session.
-
-    Results then depend neither on scheduling nor on the process that runs the call.
-    """
-    repeat = state.call_repeats[identity]
-    state.call_repeats[identity] += 1
-    return int.from_bytes(hashlib.sha256(f"{identity}#{repeat}".encode()).digest()[:8], "little")
-
-
-def _digest(value: Any) -> str:
-    """Canonical text for values JSON cannot write (arrays passed by value from Python)."""
-    if isinstance(value, np.ndarray):
-        data = np.ascontiguousarray(value)
-        return f"ndarray:{data.dtype}:{data.shape}:{hashlib.sha256(data.tobytes()).hexdigest()}"
-    if isinstance(value, np.generic):
-        return repr(value.item())
-    return repr(value)
