@@ -1,7 +1,7 @@
 """`ServerLimits`: what one Toolshed server accepts, so that no client can exhaust it.
 
 Every limit has a safe default and a `spacetools serve` flag. A request over a limit is refused with
-an HTTP error that names the limit (413, 429 or 503), never a 500.
+an HTTP error that names the limit (408, 413, 429 or 503), never a 500.
 """
 
 from __future__ import annotations
