@@ -125,7 +125,7 @@ def test_a_crash_mid_call_is_an_error_result_and_the_instance_restarts(
     before_restarts = shed.stats()["tools"]["fault"]["restarts"]
     exit_code = 7 if backend == "process" else None  # Ray does not report a worker's exit code
     assert result.text == (
-        f"Error: RuntimeError: the fault instance crashed (exit code {exit_code}) and was restarted"
+        f"Error: RuntimeError: the fault instance crashed (exit code {exit_code}); a new one is starting"
     )
     _run(loop, _settled(shed, "fault", 2))
     after = shed.stats()["tools"]["fault"]

@@ -71,7 +71,9 @@ def test_a_crash_mid_call_is_an_error_result_and_the_instance_restarts(
     session = shed.open_session([])
     result = _run(loop, session.call("fault.crash", {"exit_code": 7}))
     assert result.is_error  # and told as a crash, not as the timeout a missed death would become
-    assert result.text == "Error: RuntimeError: the fault instance crashed (exit code 7) and was restarted"
+    assert (
+        result.text == "Error: RuntimeError: the fault instance crashed (exit code 7); a new one is starting"
+    )
     _run(loop, _settled(shed, "fault", 3))
     after = shed.stats()["tools"]["fault"]
     assert after["crashes"] == before["crashes"] + 1 and after["restarts"] == before["restarts"] + 1
@@ -97,7 +99,7 @@ def test_an_instance_killed_from_outside_mid_call_is_told_as_a_crash(
     result = _run(loop, scenario())
     # A crash, not the 3 s timeout: the death was noticed while the call ran.
     assert result.text == (
-        f"Error: RuntimeError: the sleep instance crashed (exit code {-signal.SIGKILL}) and was restarted"
+        f"Error: RuntimeError: the sleep instance crashed (exit code {-signal.SIGKILL}); a new one is starting"
     )
     _run(loop, _settled(shed, "sleep", 1))
     assert shed.router("sleep").instances[0].pid != victim
@@ -167,7 +169,7 @@ def test_soak_every_call_gets_exactly_one_result(loop: asyncio.AbstractEventLoop
             "echo": f"token {index}",
             "raise": f"Error: RuntimeError: boom {index}",
             "hang": f"Error: TimeoutError: fault.hang did not finish within {TIMEOUT_S:g} s",
-        }.get(kind, "Error: RuntimeError: the fault instance crashed (exit code 3) and was restarted")
+        }.get(kind, "Error: RuntimeError: the fault instance crashed (exit code 3); a new one is starting")
         assert result.text == expected, (index, kind, result.text)
         assert result.is_error == (kind != "echo")
     _run(loop, _settled(shed, "fault", 3))

@@ -18,6 +18,7 @@ from spacetools.tools.definition import ToolError, ToolResult, tool_method
 from spacetools.tools.diagnostics import EchoTool, SleepTool
 from spacetools.tools.simworld import parse_spec
 from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed.backends.inprocess import MAX_HUNG_THREADS
 
 
 class OutageTool(SleepTool):
@@ -137,3 +138,48 @@ def test_a_scene_spec_with_too_many_objects_is_refused() -> None:
     spec["objects"] = [{**spec["objects"][0], "index": i} for i in range(1600)]
     with pytest.raises(ToolError, match=f"at most {MAX_SCENE_OBJECTS} items"):
         parse_spec(json.dumps(spec))
+
+
+class HangTool(SleepTool):
+    """Calls that hang until the test lets them go."""
+
+    name = "hang"
+    release = threading.Event()
+
+    @tool_method
+    def stuck(self) -> ToolResult:
+        """Block until released."""
+        HangTool.release.wait(60)
+        return ToolResult(text="late")
+
+
+def test_in_process_threads_stuck_in_hung_calls_are_bounded() -> None:
+    HangTool.release.clear()
+
+    def hung_threads() -> int:
+        return sum(thread.name == "toolshed-hang" and thread.is_alive() for thread in threading.enumerate())
+
+    async def scenario() -> tuple[list[str], int, str, str]:
+        async with Toolshed([ToolDeployment(tool=HangTool, backend="inprocess", timeout_s=0.5)]) as shed:
+            shed.router("hang").max_retry_s = 0.1
+            session = shed.open_session([])
+            texts = [(await session.call("hang.stuck")).text for _ in range(MAX_HUNG_THREADS + 2)]
+            most = hung_threads()
+            HangTool.release.set()  # the stuck calls return; their threads end
+            while not shed.router("hang").available:
+                await asyncio.sleep(0.02)
+            return (
+                texts,
+                most,
+                (await session.call("hang.noop")).text,
+                str(shed.router("hang").availability()),
+            )
+
+    texts, most, after, availability = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert (
+        texts[:MAX_HUNG_THREADS]
+        == ["Error: TimeoutError: hang.stuck did not finish within 0.5 s"] * MAX_HUNG_THREADS
+    )
+    assert all("threads are still stuck in calls that timed out" in text for text in texts[MAX_HUNG_THREADS:])
+    assert most == MAX_HUNG_THREADS  # and no live instance beside them
+    assert after == "ok", availability

@@ -176,3 +176,19 @@ def test_a_pool_frees_a_closed_sessions_world_and_builds_it_no_more(scene: dict[
     assert kept.find_by_scene(scene["spec"]) is robot
     robots.close()
     kept.close()
+
+
+def test_an_idle_session_expires_on_a_timer_without_a_request() -> None:
+    async def scenario() -> tuple[list[str], list[str], int]:
+        deployment = ToolDeployment(tool=LedgerTool, backend="inprocess")
+        async with Toolshed([deployment], session_ttl_s=0.2) as shed:
+            session = shed.open_session([IMAGE])
+            held = (await session.call("ledger.note", {"text": "kept"})).value
+            while shed.stats()["sessions"]["expired"] == 0:  # nothing calls the store meanwhile
+                await asyncio.sleep(0.02)
+            # The instance heard of the release: another session's call sees no note of the first.
+            after = (await shed.open_session([]).call("ledger.sessions")).value
+            return held, after, shed.stats()["sessions"]["open"]
+
+    held, after, still_open = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert len(held) == 1 and after == [] and still_open == 1

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spacetools.tools.segmentation import Sam2Tool
+from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.config import BACKENDS, load_toolset_config
 from spacetools.toolshed.toolsets import TOOLSETS
 
@@ -101,6 +103,25 @@ def test_a_model_backend_gets_its_settings_with_paths_relative_to_the_file(tmp_p
             r"tools\.vlm: base_url: Field required",
         ),
         ({}, r"tools: Dictionary should have at least 1 item"),
+        *(
+            (
+                {"sam2": {"backend": "sim", "runtime": runtime, "options": {"colour": 1}}},
+                r"tools\.sam2\.options: unknown option colour for backend 'sim' \(known: .*profile",
+            )
+            for runtime in ("inprocess", "process", "ray")
+        ),
+        (
+            {"vision_ops": {"backend": "builtin", "options": {"fast": True}}},
+            r"tools\.vision_ops\.options: unknown option fast for backend 'builtin' \(known: none\)",
+        ),
+        (
+            {"sam2": {"backend": "sim", "timeout_s": float("inf")}},
+            r"tools\.sam2\.timeout_s: Input should be a finite",
+        ),
+        (
+            {"sam2": {"backend": "sim", "timeout_s": 1e9}},
+            r"tools\.sam2\.timeout_s: Input should be less than",
+        ),
     ],
 )
 def test_mistakes_are_named_with_the_file_and_the_setting(tmp_path: Path, tools: dict, message: str) -> None:
@@ -116,3 +137,11 @@ def test_a_missing_file_and_broken_yaml_are_clear(tmp_path: Path) -> None:
     broken.write_text("tools: [unclosed")
     with pytest.raises(ValueError, match=r"broken\.yaml: not valid YAML"):
         load_toolset_config(broken)
+
+
+def test_a_tool_that_names_its_settings_takes_no_others_in_code_either() -> None:
+    for backend in ("inprocess", "process", "ray"):
+        with pytest.raises(ValueError, match=r"tool 'sam2' has no setting colour \(its settings: .*profile"):
+            Toolshed([ToolDeployment(tool=Sam2Tool, backend=backend, config={"colour": 1})])
+    with pytest.raises(ValueError, match="timeout_s"):
+        ToolDeployment(tool=Sam2Tool, timeout_s=float("inf"))

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spacetools.toolshed.deployment import BackendName, ToolDeployment, resolve_tool_class
+from spacetools.toolshed.deployment import MAX_TIMEOUT_S, BackendName, ToolDeployment, resolve_tool_class
 
 _SIM = "spacetools.tools"
 _MODELS = "spacetools.tools.models"
@@ -68,12 +68,12 @@ class ToolsetConfigError(ValueError):
 class ToolConfig(BaseModel):
     """One tool's entry in the config file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     backend: str = Field(description="Which implementation answers the tool (see BACKENDS).")
     instances: int = Field(1, ge=1, le=256)
     runtime: BackendName = Field("process", description="Where instances run: process or inprocess.")
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(60.0, gt=0, le=MAX_TIMEOUT_S)
     num_cpus: float = Field(0.2, ge=0, description="CPU share of each instance on Ray.")
     num_gpus: float = Field(0.0, ge=0, description="GPU share of each instance on Ray.")
     model_path: Path | None = None
@@ -141,6 +141,12 @@ def toolset_deployments(data: Any, base: Path, source: str = "config") -> list[T
             raise ToolsetConfigError(
                 f"{where}: backend {entry.backend!r} loads no model "
                 f"(remove {', '.join(sorted(set(settings) - set(entry.options)))})"
+            )
+        elif unknown := sorted(set(entry.options) - tool_cls.config_keys):
+            known = ", ".join(sorted(tool_cls.config_keys)) or "none"
+            raise ToolsetConfigError(
+                f"{where}.options: unknown option {', '.join(unknown)} for backend {entry.backend!r} "
+                f"(known: {known})"
             )
         deployments.append(
             ToolDeployment(

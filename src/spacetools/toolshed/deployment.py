@@ -9,20 +9,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from spacetools.tools.definition import Tool, tool_methods
 
-__all__ = ["BackendName", "ToolDeployment", "resolve_tool_class"]
+__all__ = ["MAX_TIMEOUT_S", "BackendName", "ToolDeployment", "resolve_tool_class"]
 
 BackendName = Literal["inprocess", "process", "ray"]
+
+#: The longest per-call timeout a deployment may set (a day): past it a hung call holds its instance
+#: for good, and the deadline a client can count on is gone.
+MAX_TIMEOUT_S = 86_400.0
 
 
 class ToolDeployment(BaseModel):
     """One tool served by a pool of identical instances."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, allow_inf_nan=False)
 
     tool: type[Tool] | str = Field(description='A Tool subclass or its import path "module:Class".')
     instances: int = Field(default=1, ge=1, le=256)
     backend: BackendName = "process"
-    timeout_s: float = Field(default=60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S)
     config: dict[str, Any] = Field(default_factory=dict)
     # Ray backend: each instance is an actor holding this share of a node; a placement group (one
     # bundle per instance, up to max_instances) packs them on few nodes or spreads them over many.

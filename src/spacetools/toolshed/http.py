@@ -25,6 +25,7 @@ from fastapi import FastAPI, HTTPException, Query, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -116,8 +117,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_request: Request, exc: RequestValidationError) -> Response:
         # The default handler echoes the input back, which may be what could not be encoded.
-        errors = [{key: error.get(key) for key in ("type", "loc", "msg")} for error in exc.errors()]
-        return SafeJSONResponse({"detail": errors}, status_code=422)
+        return SafeJSONResponse({"detail": _brief_errors(exc.errors())}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -171,14 +171,17 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
 
     @app.get("/health")
     async def health() -> HealthResponse:
-        """Liveness, with the realism profile, the size of the service and each tool's availability."""
+        """Liveness, with the realism profile, the size of the service and each tool's availability:
+        "degraded" while a tool turns calls away or has no live instance."""
         stats = toolshed.stats()
         tools = {
             name: ToolAvailability.model_validate(toolshed.router(name).availability())
             for name in stats["tools"]
         }
         return HealthResponse(
-            status="ok" if all(tool.available for tool in tools.values()) else "degraded",
+            status="ok"
+            if all(tool.available and tool.live_instances for tool in tools.values())
+            else "degraded",
             profile=toolshed.profile,
             tool_methods=len(toolshed.specs()),
             open_sessions=stats["sessions"]["open"],
@@ -212,35 +215,64 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
             raise HTTPException(422, str(exc)) from None
         return SessionResponse(id=session.id, image_count=len(session.images))
 
-    @app.post("/sessions/{session_id}/calls")
+    def refuse(count: int) -> HTTPException:
+        nonlocal refused
+        refused += count
+        return HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"the server is at its limit of {limits.max_calls_in_flight} tool calls in flight; retry later",
+            headers={"Retry-After": "1"},
+        )
+
+    @app.post(
+        "/sessions/{session_id}/calls",
+        max_body_size=min(limits.max_call_body_bytes, limits.max_body_bytes),
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _CALLS_SCHEMA}}}
+        },
+    )
     async def call(
         session_id: str,
-        calls: list[CallRequest],
         request: Request,
         images: Annotated[bool, Query(description="Return the images tools made, as PNG data URLs.")] = False,
     ) -> list[CallResponse]:
         """Run a turn's calls in parallel; results in call order, tool failures as error results.
 
-        Refused with 503 while the server holds `max_calls_in_flight` calls; cancelled when the client
-        disconnects before the results are ready.
+        The body is a list of `CallRequest`. Refused with 503 while the server holds
+        `max_calls_in_flight` calls, before the body is read (a request counts as one call until its
+        body says how many it holds); cancelled when the client disconnects before the results are
+        ready.
         """
-        nonlocal in_flight, refused
-        session = open_session(session_id)
-        if in_flight + len(calls) > limits.max_calls_in_flight:
-            refused += len(calls)
-            raise HTTPException(
-                status.HTTP_503_SERVICE_UNAVAILABLE,
-                f"the server is at its limit of {limits.max_calls_in_flight} tool calls in flight; "
-                "retry later",
-                headers={"Retry-After": "1"},
-            )
-        in_flight += len(calls)
+        nonlocal in_flight
+        if in_flight >= limits.max_calls_in_flight:
+            raise refuse(1)
+        admitted = 1
+        in_flight += 1
         try:
+            session = open_session(session_id)
+            # Parsed off the event loop unless small. JSON parsing holds the interpreter lock all the
+            # same: what bounds its stall is `max_call_body_bytes`; the walk of the arguments yields.
+            try:
+                body = await asyncio.wait_for(request.body(), limits.call_body_timeout_s)
+            except asyncio.TimeoutError:
+                raise HTTPException(
+                    status.HTTP_408_REQUEST_TIMEOUT,
+                    f"the body did not arrive within {limits.call_body_timeout_s:g} s",
+                ) from None
+            calls = (
+                _read_calls(body)
+                if len(body) <= _SMALL_BODY_BYTES
+                else await asyncio.to_thread(_read_calls, body)
+            )
+            if len(calls) > admitted and in_flight + len(calls) - admitted > limits.max_calls_in_flight:
+                raise refuse(len(calls))
+            in_flight += max(len(calls) - admitted, 0)
+            admitted = max(len(calls), admitted)
             results = await _unless_disconnected(
                 request, session.call_many([(item.name, item.arguments) for item in calls])
             )
         finally:
-            in_flight -= len(calls)
+            in_flight -= admitted
         if results is None:  # nobody is listening any more
             return []
         return [await to_response(result, images) for result in results]
@@ -275,6 +307,31 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         return Response(render_metrics(toolshed.stats()), media_type=CONTENT_TYPE)
 
     return app
+
+
+_CALLS = TypeAdapter(list[CallRequest])
+#: Call bodies up to this size are parsed on the event loop (faster than a thread's round trip).
+_SMALL_BODY_BYTES = 16 * 2**10
+_CALLS_SCHEMA = {"type": "array", "items": CallRequest.model_json_schema()}  # CallRequest nests no model
+
+
+def _read_calls(body: bytes) -> list[CallRequest]:
+    """The calls in a request body; an HTTP 422 that says why when it holds none that can be read."""
+    try:
+        data = json.loads(body)
+    # ValueError: not JSON, or an integer of more digits than Python converts; RecursionError: nesting.
+    except (ValueError, RecursionError) as exc:
+        reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise HTTPException(422, f"the body cannot be read as JSON: {reason}") from None
+    try:
+        return _CALLS.validate_python(data)
+    except ValidationError as exc:
+        raise HTTPException(422, _brief_errors(exc.errors())) from None
+
+
+def _brief_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Validation errors without the input they echo (which may be what could not be encoded)."""
+    return [{key: error.get(key) for key in ("type", "loc", "msg")} for error in errors]
 
 
 def _checked(attachments: Sequence[Attachment] | None) -> list[Attachment] | None:

@@ -1,7 +1,7 @@
 """`ServerLimits`: what one Toolshed server accepts, so that no client can exhaust it.
 
 Every limit has a safe default and a `spacetools serve` flag. A request over a limit is refused with
-an HTTP error that names the limit (413, 429 or 503), never a 500.
+an HTTP error that names the limit (408, 413, 429 or 503), never a 500.
 """
 
 from __future__ import annotations
@@ -19,9 +19,23 @@ TOKEN_ENV = "SPACETOOLS_TOOLSHED_TOKEN"
 class ServerLimits(BaseModel):
     """The limits of one Toolshed server."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    max_body_bytes: int = Field(default=64 * 2**20, gt=0, description="Largest request body (413 past it).")
+    max_body_bytes: int = Field(
+        default=64 * 2**20, gt=0, description="Largest request body: sessions and images (413 past it)."
+    )
+    max_call_body_bytes: int = Field(
+        default=256 * 2**10,
+        gt=0,
+        description="Largest body of a turn's tool calls (413 past it): calls carry no images, and "
+        "parsing JSON holds the interpreter lock for a time in the body's size.",
+    )
+    call_body_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest the body of an admitted call may take to arrive (408 past it), so that "
+        "a slow client cannot hold a place among the calls in flight.",
+    )
     max_image_pixels: int = Field(
         default=4096 * 4096, gt=0, description="Largest image, width x height, checked before decoding (413)."
     )

@@ -2,9 +2,12 @@
 
 Every failure becomes an error result: a tool exception (sanitized by the instance), a timeout (the
 instance is killed and replaced, since it may still be busy), a crash (the instance is replaced) or a
-wait in the queue past `max_queue_wait_s`. An instance whose restart fails is retried in the background
-with capped exponential back-off for as long as the router runs; while no instance is live, callers are
-turned away at once ("unavailable"), and the tool comes back as soon as a restart succeeds.
+wait in the queue past `max_queue_wait_s`. Idle instances that die are noticed by a watcher and replaced
+before a call needs them. An instance whose setup fails is retried in the background with capped
+exponential back-off for as long as the router runs; while every instance fails so, callers are turned
+away at once ("unavailable"), and the tool comes back as soon as a restart succeeds. A new instance
+killed while it starts (not a failure of the tool's setup) is started again at once, a few times,
+before it counts as failing.
 """
 
 from __future__ import annotations
@@ -19,13 +22,17 @@ from typing import Any
 import numpy as np
 
 from spacetools.tools.definition import ToolContext, ToolResult, error_result
-from spacetools.toolshed.backends.base import Instance, InstanceCrashed
+from spacetools.toolshed.backends.base import Instance, InstanceCrashed, SetupFailed
 
 __all__ = ["ToolRouter", "ToolStats"]
 
 _LATENCY_WINDOW = 10_000
 _FIRST_RETRY_S = 0.5
 _MAX_RETRY_S = 30.0
+#: How often idle instances are checked for death (each check is a look at a flag per instance).
+_WATCH_INTERVAL_S = 0.5
+#: Starts killed from outside (not a setup failure) retried at once before they count as failing.
+_QUICK_RETRIES = 3
 
 
 @dataclass
@@ -80,11 +87,13 @@ class ToolRouter:
         *,
         max_queue_wait_s: float | None = None,
         max_retry_s: float = _MAX_RETRY_S,
+        watch_interval_s: float = _WATCH_INTERVAL_S,
     ) -> None:
         self.name = name
         self.timeout_s = timeout_s
         self.max_queue_wait_s = max_queue_wait_s
         self.max_retry_s = max_retry_s
+        self.watch_interval_s = watch_interval_s
         self.backend = backend
         self.stats = ToolStats()
         self._make_instance = make_instance
@@ -98,6 +107,7 @@ class ToolRouter:
         self._closed = False
         self._unavailable: _Unavailable | None = None
         self._down = 0  # instance slots whose restart failed and is being retried
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def instances(self) -> list[Instance]:
@@ -110,9 +120,12 @@ class ToolRouter:
         return self._started and self._unavailable is None
 
     def availability(self) -> dict[str, Any]:
-        """Whether the tool is available, its live instances and, while unavailable, why."""
+        """Whether the tool is available, its live instances and, while unavailable or without a live
+        instance, why."""
         live = sum(instance.alive for instance in self._instances)
         detail = None if self._unavailable is None else self._unavailable.message
+        if detail is None and self._started and live == 0:
+            detail = f"no {self.name} instance is live; calls wait for the one starting"
         return {
             "available": self.available,
             "live_instances": live,
@@ -133,11 +146,14 @@ class ToolRouter:
         for instance in self._instances:
             self._free.put_nowait(instance)
         self._started = True
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def close(self) -> None:
         """Turn callers away and kill every instance."""
         self._closed = True
         self._turn_away(f"the {self.name} tool was shut down")
+        if self._watcher is not None:
+            self._watcher.cancel()
         for task in list(self._replacements):
             task.cancel()
         await asyncio.gather(*self._replacements, return_exceptions=True)
@@ -186,7 +202,8 @@ class ToolRouter:
         except InstanceCrashed as exc:
             self.stats.crashes += 1
             result = ToolResult.error(
-                f"RuntimeError: the {self.name} instance crashed (exit code {exc.exit_code}) and was restarted"
+                f"RuntimeError: the {self.name} instance crashed (exit code {exc.exit_code}); a new one is "
+                "starting"
             )
         except Exception as exc:  # the backend failed before the tool ran (e.g. an unpicklable argument)
             result = error_result(exc)
@@ -288,10 +305,25 @@ class ToolRouter:
         self._replacements.add(task)
         task.add_done_callback(self._replacements.discard)
 
+    async def _watch(self) -> None:
+        """Replace instances that die while idle, without waiting for a call to find them dead."""
+        while True:
+            await asyncio.sleep(self.watch_interval_s)
+            queued = [self._free.get_nowait() for _ in range(self._free.qsize())]
+            for item in queued:
+                if isinstance(item, _Unavailable) or item.alive:
+                    self._free.put_nowait(item)
+                else:
+                    self.stats.crashes += 1  # died while idle
+                    self._replace_later(item)
+
     async def _replace(self, old: Instance) -> None:
-        """Start a new instance in place of `old`, retrying with capped back-off until one starts."""
+        """Start a new instance in place of `old`: at once again when the new one is killed while it
+        starts (a few times), with capped back-off while its setup fails."""
         await old.kill()
-        attempt = 0
+        attempt = 0  # setup failures so far: the exponent of the back-off
+        killed = 0  # starts in a row that died without a setup failure
+        down = False  # counted among the slots that cannot serve
         while True:
             new = self._make_instance()
             try:
@@ -299,7 +331,11 @@ class ToolRouter:
             except Exception as exc:
                 await new.kill()
                 self.stats.failed_restarts += 1
-                if attempt == 0:
+                if not isinstance(exc, SetupFailed) and killed < _QUICK_RETRIES:
+                    killed += 1
+                    continue
+                if not down:
+                    down = True
                     self._down += 1
                     if self._down == self._size:  # nothing left to serve calls
                         self._turn_away(f"the {self.name} tool is unavailable (restarting): {exc}")
@@ -309,7 +345,7 @@ class ToolRouter:
             break
         self._instances = [new if instance is old else instance for instance in self._instances]
         self.stats.restarts += 1
-        if attempt > 0:
+        if down:
             self._down -= 1
             if self._unavailable is not None and not self._closed:
                 self._come_back()

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import hashlib
-import json
 import time
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType, TracebackType
@@ -30,6 +28,14 @@ from spacetools.tools.definition import (
     releases_sessions,
     tool_methods,
 )
+from spacetools.toolshed.arguments import (
+    Arguments,
+    call_seed,
+    is_small,
+    read_arguments,
+    resolve_and_validate,
+    run,
+)
 from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
 from spacetools.toolshed.backends import instance_factory
 from spacetools.toolshed.backends.ray import fetch_cluster_values
@@ -45,14 +51,12 @@ from spacetools.toolshed.session import (
     check_session_inputs,
 )
 from spacetools.toolshed.toolsets import get_toolset
-from spacetools.toolshed.variables import resolve_references
 
 __all__ = ["Session", "Toolshed"]
 
-Arguments = Mapping[str, Any] | str | None
 
-#: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
-MAX_ARGUMENT_DEPTH = 32
+#: The longest expired sessions wait to be swept (a quarter of the time to live when that is shorter).
+MAX_SWEEP_INTERVAL_S = 30.0
 
 
 class Session:
@@ -163,12 +167,19 @@ class Toolshed:
         self._autoscalers: dict[str, Autoscaler] = {}
         self._unknown_calls = 0
         self._started = False
+        self._sweeper: asyncio.Task[None] | None = None
         for deployment in deployments:
             self._add(deployment)
 
     def _add(self, deployment: ToolDeployment) -> None:
         tool_class = deployment.tool_class()
         tool_class.check_config(deployment.config)  # a bad setting fails here, not in every instance
+        unknown = sorted(set(deployment.config) - tool_class.config_keys)
+        if tool_class.config_keys and unknown:  # a tool that names its settings takes no others
+            raise ValueError(
+                f"tool {tool_class.name!r} has no setting {', '.join(unknown)} "
+                f"(its settings: {', '.join(sorted(tool_class.config_keys))})"
+            )
         if tool_class.name in self._routers:
             raise ValueError(f"tool {tool_class.name!r} is deployed twice")
         make_instance = instance_factory(deployment, tool_class.name)
@@ -199,14 +210,25 @@ class Toolshed:
             raise failures[0]
         for autoscaler in self._autoscalers.values():
             autoscaler.start()
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_expired())
         self._started = True
 
     async def close(self) -> None:
         """Stop every instance and release every session."""
         self._started = False
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         await asyncio.gather(*(autoscaler.close() for autoscaler in self._autoscalers.values()))
         await asyncio.gather(*(router.close() for router in self._routers.values()))
         self._store.release_all()
+
+    async def _sweep_expired(self) -> None:
+        """Expire idle sessions on a timer, so that what they hold here and in the tools is freed even
+        when no request comes to do it."""
+        interval = min(self._store.ttl_s / 4, MAX_SWEEP_INTERVAL_S)
+        while True:
+            await asyncio.sleep(interval)
+            self._store.sweep()
 
     async def __aenter__(self) -> Toolshed:
         await self.start()
@@ -278,9 +300,20 @@ class Toolshed:
         router, method = entry
         try:
             state = self._store.get(state.id)
-            raw = _parse_arguments(name, arguments)
-            resolved = resolve_references(raw, lambda variable: self._store.lookup(state, variable))
-            kwargs = method.validate(resolved)
+            # Reading and walking the arguments costs time in their size: unless they are small, it
+            # runs off the event loop, so that one hostile call cannot stall the others (or `/health`).
+            # The session's variables are looked up here, on the loop that owns the store.
+            small = is_small(arguments)
+            raw, referenced = await run(small, read_arguments, name, arguments)
+            values = {variable: self._store.lookup(state, variable) for variable in referenced}
+            kwargs, identity = await run(
+                small and is_small(values),
+                resolve_and_validate,
+                method,
+                raw,
+                values,
+                [self.seed, state.seed, name],
+            )
             ctx = ToolContext(
                 session_id=state.id,
                 images={
@@ -288,7 +321,7 @@ class Toolshed:
                 },
                 image_sizes=[(image.shape[0], image.shape[1]) for image in state.images],
                 attachments=list(state.attachments),
-                rng=np.random.default_rng(self._call_seed(state, name, raw)),
+                rng=np.random.default_rng(call_seed(state, identity)),
             )
         # Exception: whatever else the model's arguments provoke (an integer too long to write, say)
         # is the model's error to read, not the server's.
@@ -332,64 +365,8 @@ class Toolshed:
         for router in self._releasing:
             router.release_session(session_id)
 
-    def _call_seed(self, state: SessionState, name: str, raw_arguments: dict[str, Any]) -> int:
-        """A stable seed from the call's identity and how often it was made before in the session.
-
-        Results then depend neither on scheduling nor on the process that runs the call.
-        """
-        identity = json.dumps(
-            [self.seed, state.seed, name, raw_arguments],
-            sort_keys=True,
-            separators=(",", ":"),
-            default=_digest,
-        )
-        repeat = state.call_repeats[identity]
-        state.call_repeats[identity] += 1
-        return int.from_bytes(hashlib.sha256(f"{identity}#{repeat}".encode()).digest()[:8], "little")
-
     def _unknown_tool_message(self, name: str) -> str:
         known = list(self._methods)
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
-
-
-def _parse_arguments(name: str, arguments: Arguments) -> dict[str, Any]:
-    if arguments is None:
-        return {}
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        # ValueError: an integer of more digits than Python converts; RecursionError: deep nesting.
-        except (ValueError, RecursionError) as exc:
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise ToolError(f"the arguments for {name} are not valid JSON: {reason}") from None
-    if not isinstance(arguments, Mapping):
-        raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
-    if _nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
-        raise ToolError(f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-    return dict(arguments)
-
-
-def _nesting_depth(value: Any) -> int:
-    """How deeply lists and objects nest in `value` (iterative: the input may be hostile)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping | list | tuple):
-            deepest = max(deepest, depth)
-            if depth <= MAX_ARGUMENT_DEPTH:
-                stack.extend(
-                    (child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item)
-                )
-    return deepest
-
-
-def _digest(value: Any) -> str:
-    """Canonical text for values JSON cannot write (arrays passed by value from Python)."""
-    if isinstance(value, np.ndarray):
-        data = np.ascontiguousarray(value)
-        return f"ndarray:{data.dtype}:{data.shape}:{hashlib.sha256(data.tobytes()).hexdigest()}"
-    if isinstance(value, np.generic):
-        return repr(value.item())
-    return repr(value)

@@ -10,8 +10,10 @@ Pydantic only (the client must not need FastAPI). Conventions:
   robot's photo shows): the server session keeps them for later calls on those pictures.
 - Tool failures are results with `is_error` true, never HTTP errors. HTTP errors mean the request
   itself was refused, and say why in `detail`: 401 (no or a wrong bearer token), 404 (a closed,
-  expired or unknown session), 413 (a body or an image over the limits), 422 (a malformed body), 429
-  (too many open sessions), 503 (too many calls in flight; retry after the `Retry-After` seconds).
+  expired or unknown session), 408 (a call body that did not arrive in time), 413 (a body or an
+  image over the limits; call bodies have their own, smaller limit), 422 (a malformed body), 429
+  (too many open sessions), 503 (too many calls in flight, refused before the body is read; retry
+  after the `Retry-After` seconds).
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class ToolAvailability(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    """`GET /health`: "ok" when every tool is available, "degraded" while one is not."""
+    """`GET /health`: "ok" when every tool is available with a live instance, "degraded" while one is not."""
 
     status: Literal["ok", "degraded"] = "ok"
     profile: str | None

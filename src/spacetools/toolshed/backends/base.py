@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from spacetools.tools.definition import ToolContext, ToolResult
 
-__all__ = ["Instance", "InstanceCrashed"]
+__all__ = ["Instance", "InstanceCrashed", "SetupFailed"]
 
 
 class InstanceCrashed(Exception):
@@ -20,6 +20,11 @@ class InstanceCrashed(Exception):
     def __init__(self, exit_code: int | None) -> None:
         super().__init__(f"instance crashed (exit code {exit_code})")
         self.exit_code = exit_code
+
+
+class SetupFailed(RuntimeError):
+    """The tool's construction or `setup()` failed (or did not finish in time): starting it again at
+    once would fail the same way. Other start failures (the instance was killed) are worth a retry."""
 
 
 @runtime_checkable

@@ -1,7 +1,11 @@
 """In-process backend: each instance is a tool object served by its own daemon thread.
 
 For light tools. A hung call cannot be interrupted in a thread, so `kill()` abandons the thread (it exits
-once its call returns, and its result is dropped) and the router starts a fresh instance.
+once its call returns, and its result is dropped) and the router starts a fresh instance. Abandoned
+threads still hold their memory and may hold the interpreter lock, so they are bounded: while
+`MAX_HUNG_THREADS` threads of a tool are stuck in hung calls, no new instance of it starts (its setup
+fails, the router retries with back-off and the tool reads as unavailable) until one returns. A tool
+whose calls can hang belongs on the process backend, where a hung call's worker is killed.
 """
 
 from __future__ import annotations
@@ -19,9 +23,15 @@ from spacetools.tools.definition import (
     invoke_tool_method,
     release_tool_session,
 )
+from spacetools.toolshed.backends.base import SetupFailed
 from spacetools.toolshed.deployment import resolve_tool_class
 
-__all__ = ["InProcessInstance"]
+__all__ = ["MAX_HUNG_THREADS", "InProcessInstance"]
+
+#: Threads of one tool (by name, in this process) left running in hung calls before no new instance
+#: of it may start.
+MAX_HUNG_THREADS = 4
+_hung_threads: dict[str, set[threading.Thread]] = {}
 
 _Request = tuple[str, dict[str, Any], ToolContext, "asyncio.Future[ToolResult]"]
 _Release = str
@@ -38,6 +48,7 @@ class InProcessInstance:
         self._requests: queue.SimpleQueue[_Request | _Release | None] = queue.SimpleQueue()
         self._killed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._busy = False  # a call is running on the thread
 
     @property
     def alive(self) -> bool:
@@ -50,7 +61,15 @@ class InProcessInstance:
         return None
 
     async def start(self) -> None:
-        """Start the thread, which constructs the tool and runs `setup()`."""
+        """Start the thread, which constructs the tool and runs `setup()`; `SetupFailed` while
+        `MAX_HUNG_THREADS` threads of the tool are stuck in hung calls."""
+        hung = _hung_threads.setdefault(self._name, set())
+        hung.difference_update([thread for thread in hung if not thread.is_alive()])
+        if len(hung) >= MAX_HUNG_THREADS:
+            raise SetupFailed(
+                f"{self._name}: {len(hung)} in-process threads are still stuck in calls that timed out; "
+                "no new instance starts until one returns (serve a tool that can hang on the process backend)"
+            )
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
         # Daemon: a thread stuck in a hung tool must not keep the interpreter from exiting.
@@ -74,13 +93,15 @@ class InProcessInstance:
         """Abandon the thread: it stops taking calls and drops the result of a call in progress."""
         self._killed.set()
         self._requests.put(None)
+        if self._busy and self._thread is not None and self._thread.is_alive():
+            _hung_threads.setdefault(self._name, set()).add(self._thread)
 
     def _serve(self, loop: asyncio.AbstractEventLoop, ready: asyncio.Future[None]) -> None:
         try:
             tool = resolve_tool_class(self._tool_ref)(**self._config)
             tool.setup()
         except Exception as exc:
-            _settle(loop, ready, RuntimeError(f"{self._name} setup failed: {type(exc).__name__}: {exc}"))
+            _settle(loop, ready, SetupFailed(f"{self._name} setup failed: {type(exc).__name__}: {exc}"))
             return
         _settle(loop, ready, None)
         while True:
@@ -91,7 +112,9 @@ class InProcessInstance:
                 release_tool_session(tool, request)
                 continue
             method, kwargs, ctx, future = request
+            self._busy = True
             result = invoke_tool_method(tool, method, kwargs, ctx)
+            self._busy = False
             if self._killed.is_set():
                 return
             _settle(loop, future, result)

@@ -39,7 +39,7 @@ from spacetools.tools.definition import (
     release_tool_session,
     sanitize_error_text,
 )
-from spacetools.toolshed.backends.base import InstanceCrashed
+from spacetools.toolshed.backends.base import InstanceCrashed, SetupFailed
 from spacetools.toolshed.deployment import resolve_tool_class
 
 __all__ = ["ProcessInstance", "worker_context"]
@@ -114,15 +114,16 @@ class ProcessInstance:
             status, detail = await asyncio.wait_for(self._pending, self._start_timeout_s)
         except _WorkerExited:
             await self.kill()
-            raise RuntimeError(f"{self._name} worker exited during setup") from None
+            code = self._process.exitcode if self._process is not None else None
+            raise RuntimeError(f"{self._name} worker exited during setup (exit code {code})") from None
         except asyncio.TimeoutError:
             await self.kill()
-            raise RuntimeError(
+            raise SetupFailed(
                 f"{self._name} setup did not finish within {self._start_timeout_s:g} s"
             ) from None
         if status != "ready":
             await self.kill()
-            raise RuntimeError(f"{self._name} setup failed: {detail}")
+            raise SetupFailed(f"{self._name} setup failed: {detail}")
 
     async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Send one call to the worker and wait for its result."""

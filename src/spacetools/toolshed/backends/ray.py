@@ -29,7 +29,7 @@ from spacetools.tools.definition import (
     release_tool_session,
     sanitize_error_text,
 )
-from spacetools.toolshed.backends.base import InstanceCrashed
+from spacetools.toolshed.backends.base import InstanceCrashed, SetupFailed
 from spacetools.toolshed.deployment import ToolDeployment, resolve_tool_class
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ class RayInstance:
             status, detail = await asyncio.wait_for(self._actor.setup.remote(), self._start_timeout_s)
         except asyncio.TimeoutError:
             await self.kill()
-            raise RuntimeError(
+            raise SetupFailed(
                 f"{self._name} setup did not finish within {self._start_timeout_s:g} s"
             ) from None
         except ray.exceptions.RayError as exc:
@@ -268,7 +268,7 @@ class RayInstance:
             raise RuntimeError(f"{self._name} actor failed to start: {type(exc).__name__}") from exc
         if status != "ready":
             await self.kill()
-            raise RuntimeError(f"{self._name} setup failed: {detail}")
+            raise SetupFailed(f"{self._name} setup failed: {detail}")
         self._pid = detail
         watch = self._actor.watch.options(concurrency_group="watch").remote()
         watch.future().add_done_callback(self._on_death)

@@ -1,0 +1,211 @@
+"""Toolshed under pressure over HTTP: `/health` while hostile bodies arrive, and 1,000 calls at once.
+
+Run: `python benchmarks/toolshed_pressure.py --json`. The server runs in its own process (`uvicorn`, as
+`spacetools serve` runs it) with the server's default limits but for the ones named below; run it
+with `PYTHONPATH` at another checkout's `src` to measure that code side by side.
+
+(a) hostile: `--hostile-clients` clients post call bodies of `--hostile-mb` MB of points (about 14 bytes
+    a point) without pause, for `--seconds`, while a prober reads `/health` every 20 ms. Reported: the
+    probe latency percentiles (target p99 < 100 ms) and what the hostile posts got. Each body also goes
+    once with no one else posting, as the reference of its cost.
+(b) burst: `--burst` requests of one call each (a 50 ms sleep) at once, against 8 in-process
+    instances with a 1.5 s tool timeout and 3 s of queue wait (the deadline: 4.5 s), at most
+    `--in-flight` calls admitted (one burst per value given). Reported: client-side latency percentiles of all answers (target:
+    p99 within the deadline + 1 s) and of the 503s (which must be fast), and the answers by kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+
+TIMEOUT_S = 1.5
+QUEUE_WAIT_S = 3.0
+DEADLINE_S = TIMEOUT_S + QUEUE_WAIT_S
+
+SERVER = """
+import sys, uvicorn
+from spacetools.tools.diagnostics import EchoTool, SleepTool
+from spacetools.toolshed import ToolDeployment
+from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
+from spacetools.toolshed.limits import ServerLimits
+
+return_freed_memory()  # as `spacetools serve` does
+limits = ServerLimits(max_queue_wait_s={queue_wait}, max_calls_in_flight={in_flight})
+deployments = [
+    ToolDeployment(tool=EchoTool, backend="inprocess", instances=2),
+    ToolDeployment(tool=SleepTool, backend="inprocess", instances=8, timeout_s={timeout}),
+]
+app = create_app(toolshed_for(deployments, limits), limits)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", backlog=4096)
+"""
+
+
+@contextlib.contextmanager
+def server_process(in_flight: int) -> Iterator[str]:
+    """The server in a subprocess; yields its base URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code = SERVER.format(queue_wait=QUEUE_WAIT_S, in_flight=in_flight, timeout=TIMEOUT_S)
+    process = subprocess.Popen([sys.executable, "-c", code, str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError("the server exited during startup")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def percentiles_ms(samples: list[float]) -> dict[str, float | None]:
+    if not samples:
+        return {"p50": None, "p99": None, "max": None}
+    p50, p99 = np.percentile(samples, [50, 99]) * 1000
+    return {"p50": round(float(p50), 1), "p99": round(float(p99), 1), "max": round(max(samples) * 1000, 1)}
+
+
+def points_body(megabytes: float) -> bytes:
+    """A call body of about `megabytes` MB: one echo call whose arguments are a list of 3-D points."""
+    count = int(megabytes * 2**20 / 14)
+    points = ",".join(["[0.5,0.5,0.5]"] * count)
+    return f'[{{"name":"echo.echo","arguments":{{"text":"x","points":[{points}]}}}}]'.encode()
+
+
+async def hostile(url: str, clients: int, megabytes: float, seconds: float) -> dict[str, Any]:
+    body = points_body(megabytes)
+    headers = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=url, timeout=300) as http:
+        session_id = (await http.post("/sessions", json={"images": []})).json()["id"]
+        path = f"/sessions/{session_id}/calls"
+        started = time.perf_counter()
+        alone = await http.post(path, content=body, headers=headers)
+        alone_s = time.perf_counter() - started
+        outcomes: Counter[str] = Counter()
+        stop = asyncio.Event()
+
+        async def attacker() -> None:
+            async with httpx.AsyncClient(base_url=url, timeout=300) as own:
+                while not stop.is_set():
+                    response = await own.post(path, content=body, headers=headers)
+                    outcomes[describe(response)] += 1
+
+        async def prober() -> list[float]:
+            latencies: list[float] = []
+            async with httpx.AsyncClient(base_url=url, timeout=300) as own:
+                while not stop.is_set():
+                    began = time.perf_counter()
+                    assert (await own.get("/health")).status_code == 200
+                    latencies.append(time.perf_counter() - began)
+                    await asyncio.sleep(0.02)
+            return latencies
+
+        attackers = [asyncio.ensure_future(attacker()) for _ in range(clients)]
+        probe = asyncio.ensure_future(prober())
+        await asyncio.sleep(seconds)
+        stop.set()
+        latencies = await probe
+        await asyncio.gather(*attackers)
+    return {
+        "body_mb": round(len(body) / 2**20, 2),
+        "alone": {"seconds": round(alone_s, 3), "answer": describe(alone)},
+        "health_ms": percentiles_ms(latencies),
+        "health_probes": len(latencies),
+        "hostile_answers": dict(outcomes),
+    }
+
+
+def describe(response: httpx.Response) -> str:
+    """An answer's kind: the HTTP status, and for a 200 the first words of the result."""
+    if response.status_code != 200:
+        return f"HTTP {response.status_code}"
+    text = response.json()[0]["text"]
+    return "200: " + (text.split(":")[0] if not text.startswith("Error") else " ".join(text.split()[:8]))
+
+
+async def burst(url: str, requests: int) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=requests, max_keepalive_connections=requests)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        session_id = (await http.post("/sessions", json={"images": []})).json()["id"]
+        body = [{"name": "sleep.sleep", "arguments": {"seconds": 0.05}}]
+        gate = asyncio.Event()
+
+        async def one() -> tuple[str, float]:
+            await gate.wait()
+            began = time.perf_counter()
+            try:
+                response = await http.post(f"/sessions/{session_id}/calls", json=body)
+            except httpx.TransportError as exc:
+                return type(exc).__name__, time.perf_counter() - began
+            return describe(response), time.perf_counter() - began
+
+        tasks = [asyncio.ensure_future(one()) for _ in range(requests)]
+        await asyncio.sleep(0.1)
+        started = time.perf_counter()
+        gate.set()
+        answers = await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - started
+    latencies = [latency for _kind, latency in answers]
+    refused = [latency for kind, latency in answers if kind == "HTTP 503"]
+    return {
+        "requests": requests,
+        "seconds": round(elapsed, 2),
+        "deadline_s": DEADLINE_S,
+        "latency_ms": percentiles_ms(latencies),
+        "refused_503_ms": percentiles_ms(refused),
+        "answers": dict(Counter(kind for kind, _latency in answers)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hostile-clients", type=int, default=2)
+    parser.add_argument("--hostile-mb", type=float, nargs="+", default=[0.24, 8.0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--burst", type=int, default=1000)
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        nargs="+",
+        default=[256, 16],
+        help="the server's max_calls_in_flight (a burst each)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    report: dict[str, Any] = {"load": os.getloadavg()[0], "cpus": os.cpu_count()}
+    for megabytes in args.hostile_mb:
+        with server_process(args.in_flight[0]) as url:
+            report[f"hostile_{megabytes:g}mb"] = asyncio.run(
+                hostile(url, args.hostile_clients, megabytes, args.seconds)
+            )
+    for in_flight in args.in_flight:
+        with server_process(in_flight) as url:
+            report[f"burst_in_flight_{in_flight}"] = asyncio.run(burst(url, args.burst))
+    report["load_after"] = os.getloadavg()[0]
+    print(json.dumps(report, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""A call's arguments, from what the model wrote to validated keyword arguments and a seed.
+
+The arguments are read (JSON text or an object), checked for shape (nesting and size: the walk stops
+at the first container past `MAX_ARGUMENT_DEPTH` and past `MAX_ARGUMENT_ELEMENTS` values), their
+`"$name"` references resolved against values the caller looked up, validated against the tool method,
+and given an identity from which the call's seed is drawn. Each step costs time in the arguments' size,
+so the Toolshed runs them off the event loop (`run`) unless they are small (`is_small`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import numpy as np
+
+from spacetools.tools.definition import ToolError, ToolMethod
+from spacetools.toolshed.session import SessionState
+from spacetools.toolshed.variables import referenced_names, resolve_references
+
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "MAX_ARGUMENT_ELEMENTS",
+    "Arguments",
+    "call_seed",
+    "is_small",
+    "read_arguments",
+    "resolve_and_validate",
+    "run",
+]
+
+Arguments = Mapping[str, Any] | str | None
+_T = TypeVar("_T")
+
+#: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
+MAX_ARGUMENT_DEPTH = 32
+#: Values (containers and scalars) one call's arguments may hold: a few thousand points at most in a
+#: real call; past this the walk, the validation and the seed would cost seconds of server time.
+MAX_ARGUMENT_ELEMENTS = 100_000
+
+
+#: Arguments with at most this many values, and no text or array bigger than `_SMALL_BYTES`, are read
+#: on the event loop: a thread's round trip would cost more than they do.
+_SMALL_VALUES = 256
+_SMALL_BYTES = 16 * 2**10
+
+
+def is_small(value: Any) -> bool:
+    """Whether `value` is cheap to read, walk and validate (at most `_SMALL_VALUES` values looked at)."""
+    stack, budget = [value], _SMALL_VALUES
+    while stack:
+        item = stack.pop()
+        budget -= 1
+        if isinstance(item, Mapping | list | tuple):
+            if len(item) > budget:
+                return False
+            stack.extend(item.values() if isinstance(item, Mapping) else item)
+        elif isinstance(item, str | bytes | np.ndarray):
+            if _byte_size(item) > _SMALL_BYTES:
+                return False
+        elif not isinstance(item, int | float | None | np.generic):  # of unknown cost to check
+            return False
+        if budget < 0:
+            return False
+    return True
+
+
+def _byte_size(item: str | bytes | np.ndarray) -> int:
+    return item.nbytes if isinstance(item, np.ndarray) else len(item)
+
+
+async def run(inline: bool, work: Callable[..., _T], *args: Any) -> _T:
+    """`work(*args)`, here when `inline`, else in a thread (off the event loop)."""
+    return work(*args) if inline else await asyncio.to_thread(work, *args)
+
+
+def read_arguments(name: str, arguments: Arguments) -> tuple[dict[str, Any], list[str]]:
+    """The call's arguments as an object, checked for shape, and the variables they reference.
+
+    `ToolError` for text that is not JSON, for anything but an object, for nesting deeper than
+    `MAX_ARGUMENT_DEPTH` and for more than `MAX_ARGUMENT_ELEMENTS` values.
+    """
+    if arguments is None:
+        return {}, []
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        # ValueError: an integer of more digits than Python converts; RecursionError: deep nesting.
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise ToolError(f"the arguments for {name} are not valid JSON: {reason}") from None
+    if not isinstance(arguments, Mapping):
+        raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
+    _check_shape(name, arguments)
+    return dict(arguments), referenced_names(arguments)
+
+
+def _check_shape(name: str, arguments: Mapping[str, Any]) -> None:
+    """`ToolError` at the first container nested deeper than `MAX_ARGUMENT_DEPTH`, or past the
+    `MAX_ARGUMENT_ELEMENTS`-th value: the walk stops there (it is iterative, in document order, since
+    the input may be hostile)."""
+    stack: list[tuple[Any, int]] = [(arguments, 1)]
+    seen = 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > MAX_ARGUMENT_ELEMENTS:
+            raise ToolError(
+                f"the arguments for {name} hold more than {MAX_ARGUMENT_ELEMENTS:,} values; pass large "
+                "data as a variable"
+            )
+        if isinstance(item, Mapping | list | tuple):
+            if depth > MAX_ARGUMENT_DEPTH:
+                raise ToolError(
+                    f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+                )
+            children = list(item.values() if isinstance(item, Mapping) else item)
+            stack.extend((child, depth + 1) for child in reversed(children))
+
+
+def resolve_and_validate(
+    method: ToolMethod, raw: dict[str, Any], values: dict[str, Any], identity_head: list[Any]
+) -> tuple[dict[str, Any], str]:
+    """The validated keyword arguments (references replaced by `values`) and the call's identity text,
+    from which its seed is drawn (the arguments as the model wrote them, so that seeds do not depend
+    on variable contents)."""
+    kwargs = method.validate(resolve_references(raw, values.__getitem__))
+    identity = json.dumps([*identity_head, raw], sort_keys=True, separators=(",", ":"), default=_digest)
+    return kwargs, identity
+
+
+def call_seed(state: SessionState, identity: str) -> int:
+    """A stable seed from the call's identity and how often it was made before in the session.
+
+    Results then depend neither on scheduling nor on the process that runs the call.
+    """
+    repeat = state.call_repeats[identity]
+    state.call_repeats[identity] += 1
+    return int.from_bytes(hashlib.sha256(f"{identity}#{repeat}".encode()).digest()[:8], "little")
+
+
+def _digest(value: Any) -> str:
+    """Canonical text for values JSON cannot write (arrays passed by value from Python)."""
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return f"ndarray:{data.dtype}:{data.shape}:{hashlib.sha256(data.tobytes()).hexdigest()}"
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    return repr(value)
