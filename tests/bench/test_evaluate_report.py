@@ -152,7 +152,7 @@ def test_every_tool_picture_sits_in_the_row_of_the_call_that_made_it() -> None:
     call_rows = chain.split("<tr>")[2:]  # after the header row
     assert len(call_rows) == 5
     # Each picture as the page holds it: recompressed (distinct shades, so distinct pictures).
-    shown = [ReportImages.recompressed(url) for url in the_row["tool_images"]]
+    shown = [ReportImages(side_files=False).tool_picture(url, "x")[0] for url in the_row["tool_images"]]
     assert len(set(shown)) == 4
     for call_row, url in zip(call_rows[:3], shown[:3], strict=True):
         assert call_row.count("<img") == 1 and url in call_row

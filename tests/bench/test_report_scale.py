@@ -20,6 +20,7 @@ from spacetools.bench.report import write_report
 from spacetools.bench.report.browse import outcome
 from spacetools.bench.spatialsim import generator
 from spacetools.bench.summary import short_name, summarize
+from spacetools.tools import imagecodec
 
 #: The stated bound: report.html of a 1,000-sample run (the full-size pictures are side files).
 MAX_BYTES_PER_1000_SAMPLES = 12_000_000
@@ -79,10 +80,15 @@ def test_a_1000_sample_report_stays_under_its_bound_with_full_size_pictures_besi
     page = path.read_text()
     assert "data:image/png" not in page  # every inline picture is a compressed thumbnail
     assert len(parse(page).cards) == 1000  # every sample has its card: none is cut to keep it small
-    side_files = sorted((tmp_path / "report_files").iterdir())
-    assert len(side_files) == 1000
-    first = rows[0]["id"].replace("/", "-") + ".jpg"
-    assert f"href='report_files/{first}'" in page
+    side_files = [p.name for p in (tmp_path / "report_files").iterdir()]
+    tool_files = [name for name in side_files if "-tool-" in name]
+    assert len(side_files) - len(tool_files) == 1000 and len(tool_files) == 2000  # two tool pictures a row
+    first = rows[0]["id"].replace("/", "-")
+    assert f"href='report_files/{first}.jpg'" in page and f"href='report_files/{first}-tool-0.jpg'" in page
+    # The tool's picture is kept as samples.jsonl stored it; the page has a smaller thumbnail.
+    stored = (tmp_path / "report_files" / f"{first}-tool-0.jpg").read_bytes()
+    assert stored == imagecodec.image_bytes(rows[0]["tool_images"][0])
+    first += ".jpg"
     full = Image.open(tmp_path / "report_files" / first)
     height, width = samples[next(iter(samples))].images[0].shape[:2]
     assert full.width == width and full.height >= height  # the scene's own size (and a verdict strip)
@@ -105,7 +111,7 @@ def test_cards_carry_family_outcome_and_score_for_the_controls(
     assert {c["data-outcome"] for c in cards} == {"pass", "fail", "error"}
     # A rewrite leaves no picture of the earlier report behind.
     report_for(tmp_path, samples, 20)
-    assert len(list((tmp_path / "report_files").iterdir())) == 20
+    assert len(list((tmp_path / "report_files").iterdir())) == 20 * 3  # each picture and two tools'
 
 
 def cards_order(row: dict, rows: list[dict]) -> tuple[int, int]:

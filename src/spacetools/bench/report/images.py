@@ -1,5 +1,5 @@
-"""The report's pictures, kept small: each is a WebP thumbnail inside the page, and a sample's
-annotated picture is also kept at full size as a JPEG side file that a click on the thumbnail opens.
+"""The report's pictures, kept small: each is a WebP thumbnail inside the page, and a click on a
+sample's annotated picture or a tool's picture opens it at full size from a side file.
 
 A page of 1,000 samples stays a few megabytes (PNG pictures made 180 samples 11.6 MB); the side files
 live in ``report_files/`` beside ``report.html``. Without a folder (``side_files=False``) the page is
@@ -17,6 +17,7 @@ from PIL import Image
 from spacetools.tools import imagecodec
 
 SIDE_FOLDER = "report_files"
+TOOL_THUMBNAIL_WIDTH = 200  # the stored tool pictures are 320 pixels wide: the side file has those
 THUMBNAIL_QUALITY = 75
 FULL_QUALITY = 90
 
@@ -42,30 +43,38 @@ class ReportImages:
         self.side_files = side_files
         self.files: dict[str, bytes] = {}
 
-    def side_file(self, name: str, image: Image.Image) -> str:
-        """Keep ``image`` as a full-size JPEG side file named after ``name``; its URL relative to the page."""
+    def _keep(self, name: str, suffix: str, content: bytes) -> str:
+        """Keep ``content`` as a side file named after ``name``; its URL relative to the page."""
         stem, number = _file_stem(name), 1
-        file_name = f"{stem}.jpg"
+        file_name = f"{stem}{suffix}"
         while file_name in self.files:  # two ids that differ only in characters a file name drops
             number += 1
-            file_name = f"{stem}-{number}.jpg"
+            file_name = f"{stem}-{number}{suffix}"
+        self.files[file_name] = content
+        return f"{SIDE_FOLDER}/{file_name}"
+
+    def side_file(self, name: str, image: Image.Image) -> str:
+        """Keep ``image`` as a full-size JPEG side file named after ``name``; its URL relative to the page."""
         buffer = io.BytesIO()
         image.convert("RGB").save(buffer, format="JPEG", quality=FULL_QUALITY)
-        self.files[file_name] = buffer.getvalue()
-        return f"{SIDE_FOLDER}/{file_name}"
+        return self._keep(name, ".jpg", buffer.getvalue())
 
     @staticmethod
     def thumbnail(image: Image.Image) -> str:
         """The inline thumbnail of ``image`` (at its own size: the callers draw it at display size)."""
         return webp_data_url(image)
 
-    @staticmethod
-    def recompressed(data_url: str) -> str:
-        """A tool picture from ``samples.jsonl`` (a JPEG data URL) as a smaller WebP data URL; a URL
-        that does not decode is kept as it is."""
+    def tool_picture(self, data_url: str, name: str) -> tuple[str, str | None]:
+        """A tool picture from ``samples.jsonl`` (a JPEG data URL): a smaller WebP thumbnail for the
+        page, and the stored picture as it is in a side file (its URL; None without side files). A URL
+        that does not decode is kept as it is, without a side file."""
         try:
-            picture = Image.open(io.BytesIO(imagecodec.image_bytes(data_url)))
+            stored = imagecodec.image_bytes(data_url)
+            picture = Image.open(io.BytesIO(stored))
             picture.load()
         except (ValueError, OSError):
-            return data_url
-        return webp_data_url(picture)
+            return data_url, None
+        suffix = ".png" if picture.format == "PNG" else ".jpg"
+        picture.thumbnail((TOOL_THUMBNAIL_WIDTH, TOOL_THUMBNAIL_WIDTH))
+        link = self._keep(name, suffix, stored) if self.side_files else None
+        return webp_data_url(picture), link
