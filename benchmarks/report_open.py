@@ -5,7 +5,8 @@ The rows are synthesised over real SpatialSim samples (tests/report_rows.py: rea
 tool calls with pictures as large as the tools'), so no episode runs. "Open" is the wall time of
 `chromium --headless --dump-dom` (load, parse, the filter script) and of `--screenshot` (also layout
 and paint) on the report, less the same command on an empty page (the browser's own start), each the
-median of --repeats runs.
+median of --repeats runs, as wall time and as the CPU time of all of Chromium's processes (the steadier
+figure on a shared machine).
 
     python benchmarks/report_open.py --samples 1000 --json
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,10 +36,12 @@ from spacetools.bench.spatialsim import generator  # noqa: E402
 from spacetools.bench.summary import summarize  # noqa: E402
 
 
-def chromium_seconds(browser: str, url: str, action: list[str], repeats: int) -> float:
-    """The median wall time of one headless Chromium command on ``url``."""
-    times = []
+def chromium_seconds(browser: str, url: str, action: list[str], repeats: int) -> tuple[float, float]:
+    """The median wall time and CPU time (all of Chromium's processes) of one headless Chromium command
+    on ``url``. On a shared machine the CPU time is the steadier figure."""
+    walls, cpus = [], []
     for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         subprocess.run(
             [browser, "--headless", "--no-sandbox", "--disable-gpu", *action, url],
@@ -45,8 +49,10 @@ def chromium_seconds(browser: str, url: str, action: list[str], repeats: int) ->
             check=True,
             timeout=300,
         )
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> None:
@@ -83,11 +89,12 @@ def main() -> None:
                 ("dump_dom", ["--dump-dom"]),
                 ("screenshot", [f"--screenshot={root / 'shot.png'}", "--window-size=1280,1600"]),
             ):
-                empty = chromium_seconds(browser, blank.as_uri(), action, args.repeats)
-                full = chromium_seconds(browser, page.as_uri(), action, args.repeats)
+                empty, empty_cpu = chromium_seconds(browser, blank.as_uri(), action, args.repeats)
+                full, full_cpu = chromium_seconds(browser, page.as_uri(), action, args.repeats)
                 figures[f"chromium_{name}_blank_s"] = round(empty, 2)
                 figures[f"chromium_{name}_report_s"] = round(full, 2)
                 figures[f"open_{name}_s"] = round(full - empty, 2)
+                figures[f"open_{name}_cpu_s"] = round(full_cpu - empty_cpu, 2)
     print(json.dumps(figures, indent=2) if args.json else figures)
 
 
