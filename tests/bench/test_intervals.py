@@ -149,3 +149,14 @@ def test_compare_without_samples_prints_the_summaries_difference(tmp_path: Path)
     result = CliRunner().invoke(app, ["eval", "compare", str(run_a), str(run_b)], terminal_width=100)
     assert result.exit_code == 0, result.output
     assert "+50.0" in result.output and "no paired interval" in result.output
+
+
+def test_compare_of_unreadable_rows_is_one_error_line(tmp_path: Path) -> None:
+    run_a = write_run(tmp_path / "a", yes_no_rows([True, False]))
+    run_b = write_run(tmp_path / "b", yes_no_rows([True, True]))
+    (run_b / "samples.jsonl").write_text(
+        json.dumps({"id": f"{YES_NO}/0", "data_source": YES_NO, "score": {}}) + "\n"
+    )
+    result = CliRunner().invoke(app, ["eval", "compare", str(run_a), str(run_b)])
+    assert result.exit_code == 2 and "cannot be scored" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -184,7 +184,10 @@ def compare(
         rows_a, rows_b = run_rows(a), run_rows(b)
     except (FileNotFoundError, ValueError) as error:
         raise typer.BadParameter(str(error)) from error
-    paired = None if rows_a is None or rows_b is None else paired_differences(rows_a, rows_b)
+    try:
+        paired = None if rows_a is None or rows_b is None else paired_differences(rows_a, rows_b)
+    except (KeyError, TypeError, ValueError) as error:  # a row without its id, data source or score keys
+        raise typer.BadParameter(f"samples.jsonl holds a row that cannot be scored: {error!r}") from None
     console.print(compare_table(first, second, paired, label_a=_run_label(a), label_b=_run_label(b)))
 
 
