@@ -140,7 +140,9 @@ def test_cli_run_writes_summary_samples_and_report(data: Path, tmp_path: Path) -
             names = [call["name"] for call in row["trajectory"]["tool_calls"]]
             assert names[-2:] == ["sam2.segment_from_point", "bounding_box.compute_bbox"]
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") >= 18
+    assert page.count("data:image/webp;base64,") >= 18
+    pictures = [p.name for p in (out / "report_files").iterdir() if "-tool-" not in p.name]
+    assert len(pictures) == 18  # each sample's picture at full size (and the tools' beside them)
     for key in summary.benchmarks:
         assert f"id='{key}'" in page
 

@@ -23,6 +23,7 @@ from spacetools.bench.report import (
     tool_geometry_picture,
     write_report,
 )
+from spacetools.bench.report.images import ReportImages
 from spacetools.bench.summary import summarize, summary_table
 from spacetools.rewards import compute_score
 
@@ -97,7 +98,7 @@ def row(data_source: str, answer: str, truth: str, calls: list[ToolCallRecord], 
         stats={},
         wall_s=0.5,
     )
-    shade = [np.full((30, 40, 3), 200 + k, dtype=np.uint8) for k in range(pictures)]
+    shade = [np.full((30, 40, 3), 40 + 60 * k, dtype=np.uint8) for k in range(pictures)]
     return {
         "id": f"{data_source}/0",
         "data_source": data_source,
@@ -150,11 +151,14 @@ def test_every_tool_picture_sits_in_the_row_of_the_call_that_made_it() -> None:
     chain = page.split("<table class='chain'>", 1)[1].split("</table>", 1)[0]
     call_rows = chain.split("<tr>")[2:]  # after the header row
     assert len(call_rows) == 5
-    for call_row, url in zip(call_rows[:3], the_row["tool_images"][:3], strict=True):
+    # Each picture as the page holds it: recompressed (distinct shades, so distinct pictures).
+    shown = [ReportImages(side_files=False).tool_picture(url, "x")[0] for url in the_row["tool_images"]]
+    assert len(set(shown)) == 4
+    for call_row, url in zip(call_rows[:3], shown[:3], strict=True):
         assert call_row.count("<img") == 1 and url in call_row
     # The box fit returns no picture: the report draws its corners; a grasp gets a zoom beside its own.
     assert call_rows[3].count("<img") == 1 and "fitted box" in call_rows[3]
-    assert call_rows[4].count("<img") == 2 and the_row["tool_images"][3] in call_rows[4]
+    assert call_rows[4].count("<img") == 2 and shown[3] in call_rows[4]
     assert "gripper points" in call_rows[4]
 
 
@@ -202,7 +206,8 @@ def test_a_lone_surrogate_anywhere_still_writes_a_whole_page(tmp_path: Path) -> 
     page = path.read_text(encoding="utf-8")
     assert page.endswith("</html>") and "roborefer.detect_one" in page
     assert "\\ud800" in page  # the argument, escaped by JSON; the other surrogates are replaced
-    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left behind
+    # No temporary file left behind: the page and its full-size pictures only.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report_files"]
 
 
 def test_tool_geometry_comes_from_the_structured_value() -> None:

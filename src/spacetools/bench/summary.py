@@ -3,7 +3,9 @@
 A row is one line of ``samples.jsonl``: ``id``, ``data_source``, ``score`` (the dict of
 ``spacetools.rewards.compute_score``) and ``trajectory`` (``Trajectory.to_dict()``). The metrics are
 the paper's, from ``spacetools.rewards.aggregate`` (the benchmark registry's aggregators); the rest (tool calls by tool, failures, turns,
-wall time) comes from the trajectories.
+wall time) comes from the trajectories. Every metric carries a 95% bootstrap interval over the
+benchmark's samples: the samples are resampled and the benchmark's own aggregator recomputed
+(:mod:`spacetools.bench.bootstrap`, fixed seed, so a summary is the same on every run).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from spacetools.bench import bootstrap
 from spacetools.rewards import BENCHMARKS, aggregate
 
 
@@ -39,6 +42,13 @@ class BenchmarkSummary:
     wall_s_total: float
     wall_s_mean: float
     invalid_turns: int = 0  # turns that did not parse as tool calls or an answer
+    #: ``[low, high]`` of each metric (``n`` has none); empty in a summary written before intervals.
+    intervals: dict[str, list[float]] = field(default_factory=dict)
+
+    def interval(self, metric: str = "headline") -> tuple[float, float] | None:
+        """The bootstrap interval of ``metric``, or None when the summary has none."""
+        bounds = self.intervals.get(metric)
+        return (bounds[0], bounds[1]) if bounds else None
 
 
 @dataclass
@@ -51,6 +61,8 @@ class Summary:
     n: int
     benchmarks: dict[str, BenchmarkSummary] = field(default_factory=dict)
     run_wall_s: float = 0.0
+    #: How the intervals were drawn: the unit resampled, confidence, resamples and seed.
+    interval_method: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible dict (the layout of ``summary.json``)."""
@@ -89,9 +101,23 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
-def summarize_benchmark(key: str, rows: Sequence[dict[str, Any]]) -> BenchmarkSummary:
+def metric_intervals(
+    key: str, scores: Sequence[dict[str, Any]], *, resamples: int = bootstrap.RESAMPLES
+) -> dict[str, list[float]]:
+    """``[low, high]`` of each of the benchmark's metrics (``n`` aside): the samples resampled and the
+    benchmark's aggregator recomputed on each resample."""
+    intervals = bootstrap.statistic_intervals(
+        len(scores), lambda indices: aggregate(key, [scores[i] for i in indices]), resamples=resamples
+    )
+    return {name: [low, high] for name, (low, high) in intervals.items() if name != "n"}
+
+
+def summarize_benchmark(
+    key: str, rows: Sequence[dict[str, Any]], *, resamples: int = bootstrap.RESAMPLES
+) -> BenchmarkSummary:
     """Aggregate the rows of one benchmark."""
     trajectories = [row["trajectory"] for row in rows]
+    scores = [row["score"] for row in rows]
     n = len(rows)
     by_tool: Counter[str] = Counter()
     failures = 0
@@ -104,9 +130,7 @@ def summarize_benchmark(key: str, rows: Sequence[dict[str, Any]]) -> BenchmarkSu
     return BenchmarkSummary(
         key=key,
         n=n,
-        metrics={
-            name: float(value) for name, value in aggregate(key, [row["score"] for row in rows]).items()
-        },
+        metrics={name: float(value) for name, value in aggregate(key, scores).items()},
         tool_calls_per_episode={tool: count / n for tool, count in sorted(by_tool.items())},
         tool_calls_mean=total_calls / n if n else 0.0,
         tool_failures=failures,
@@ -118,17 +142,24 @@ def summarize_benchmark(key: str, rows: Sequence[dict[str, Any]]) -> BenchmarkSu
         wall_s_total=float(sum(walls)),
         wall_s_mean=_mean(walls),
         invalid_turns=sum(int(t.get("stats", {}).get("invalid_turns", 0)) for t in trajectories),
+        intervals=metric_intervals(key, scores, resamples=resamples),
     )
 
 
 def summarize(
-    rows: Iterable[dict[str, Any]], *, policy: str, profile: str, data: str, run_wall_s: float = 0.0
+    rows: Iterable[dict[str, Any]],
+    *,
+    policy: str,
+    profile: str,
+    data: str,
+    run_wall_s: float = 0.0,
+    resamples: int = bootstrap.RESAMPLES,
 ) -> Summary:
     """Group rows by data source (in first-seen order) and summarize each benchmark."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         grouped.setdefault(row["data_source"], []).append(row)
-    benchmarks = {key: summarize_benchmark(key, group) for key, group in grouped.items()}
+    benchmarks = {key: summarize_benchmark(key, group, resamples=resamples) for key, group in grouped.items()}
     return Summary(
         policy=policy,
         profile=profile,
@@ -136,6 +167,12 @@ def summarize(
         n=sum(b.n for b in benchmarks.values()),
         benchmarks=benchmarks,
         run_wall_s=run_wall_s,
+        interval_method={
+            "kind": "percentile bootstrap over samples",
+            "confidence": bootstrap.CONFIDENCE,
+            "resamples": resamples,
+            "seed": bootstrap.SEED,
+        },
     )
 
 
@@ -149,9 +186,20 @@ def short_name(key: str) -> str:
 HIDDEN_METRICS = frozenset({"n", "headline", "parse_rate"})
 
 
-def format_metrics(metrics: dict[str, float]) -> str:
-    """``name value`` pairs of the paper's figures, in the order ``aggregate`` returns them."""
-    return ", ".join(f"{name} {value:.1f}" for name, value in metrics.items() if name not in HIDDEN_METRICS)
+def format_interval(bounds: Sequence[float] | None, digits: int = 1) -> str:
+    """``low–high``, or an empty string for no interval."""
+    return f"{bounds[0]:.{digits}f}–{bounds[1]:.{digits}f}" if bounds else ""
+
+
+def format_metrics(metrics: dict[str, float], intervals: dict[str, list[float]] | None = None) -> str:
+    """``name value`` pairs of the paper's figures, in the order ``aggregate`` returns them, each with
+    its interval in brackets when ``intervals`` has one."""
+    intervals = intervals or {}
+    return ", ".join(
+        f"{name} {value:.1f}" + (f" [{format_interval(intervals[name])}]" if intervals.get(name) else "")
+        for name, value in metrics.items()
+        if name not in HIDDEN_METRICS
+    )
 
 
 def other_figures(metrics: dict[str, float]) -> str:
@@ -167,7 +215,7 @@ def summary_table(summary: Summary) -> Table:
     """The end-of-run table, one row per benchmark, readable in an 80-column terminal."""
     table = Table(
         title=f"{summary.policy} on {summary.data} ({summary.profile} tools)",
-        caption="score: the paper's headline figure; calls: tool calls per episode; fails: failed tool "
+        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples; calls: tool calls per episode; fails: failed tool "
         "calls in all; s/ep: seconds per episode",
         box=box.SIMPLE_HEAD,
         collapse_padding=True,
@@ -176,6 +224,7 @@ def summary_table(summary: Summary) -> Table:
     table.add_column("benchmark", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("score", justify="right", no_wrap=True, style="bold")
+    table.add_column("95% CI", justify="right", no_wrap=True)
     table.add_column("other figures", ratio=1, min_width=12)
     for column in ("calls", "fails", "turns", "s/ep"):
         table.add_column(column, justify="right", no_wrap=True)
@@ -184,6 +233,7 @@ def summary_table(summary: Summary) -> Table:
             short_name(bench.key),
             str(bench.n),
             f"{bench.metrics.get('headline', float('nan')):.1f}",
+            format_interval(bench.interval(), digits=0),
             other_figures(bench.metrics),
             f"{bench.tool_calls_mean:.1f}",
             str(bench.tool_failures),
@@ -191,49 +241,3 @@ def summary_table(summary: Summary) -> Table:
             f"{bench.wall_s_mean:.1f}",
         )
     return table
-
-
-def compare_table(a: Summary, b: Summary, *, label_a: str = "A", label_b: str = "B") -> Table:
-    """Two runs side by side: every metric of every benchmark either run has, with B − A."""
-    table = Table(title=f"{label_a} ({a.policy}, {a.profile})  vs  {label_b} ({b.policy}, {b.profile})")
-    for column in ("benchmark", "metric", label_a, label_b, "delta"):
-        table.add_column(
-            column, justify="left" if column in ("benchmark", "metric") else "right", no_wrap=True
-        )
-    keys = list(dict.fromkeys([*a.benchmarks, *b.benchmarks]))
-    for key in keys:
-        left, right = a.benchmarks.get(key), b.benchmarks.get(key)
-        metrics = {
-            "n": (left.n if left else None, right.n if right else None),
-            **{
-                name: (
-                    left.metrics.get(name) if left else None,
-                    right.metrics.get(name) if right else None,
-                )
-                for name in dict.fromkeys(
-                    [*(left.metrics if left else {}), *(right.metrics if right else {})]
-                )
-                if name not in ("n", "headline")
-            },
-            "calls/ep": (left.tool_calls_mean if left else None, right.tool_calls_mean if right else None),
-            "tool failures": (left.tool_failures if left else None, right.tool_failures if right else None),
-        }
-        for position, (name, (x, y)) in enumerate(metrics.items()):
-            delta = "" if x is None or y is None else _signed(y - x)
-            label = short_name(key) if position == 0 else ""
-            table.add_row(label, name, _cell(x), _cell(y), delta)
-        table.add_section()
-    return table
-
-
-def _cell(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return str(value) if isinstance(value, int) else f"{value:.2f}"
-
-
-def _signed(value: float) -> str:
-    if isinstance(value, int):
-        return f"{value:+d}"
-    style = "green" if value > 1e-9 else "red" if value < -1e-9 else "dim"
-    return f"[{style}]{value:+.2f}[/{style}]"

@@ -13,9 +13,10 @@ from rich.console import Console
 from spacetools.agent.policies import POLICIES, make_policy
 from spacetools.agent.rollout import RolloutConfig
 from spacetools.agent.types import Policy
+from spacetools.bench.compare import compare_table, paired_differences, run_rows
 from spacetools.bench.dataset import parquet_files
 from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, EvalConfig, evaluate
-from spacetools.bench.summary import Summary, compare_table
+from spacetools.bench.summary import Summary
 from spacetools.cli.options import (
     check_out_folder,
     comma_list,
@@ -176,12 +177,18 @@ def compare(
     a: Path = typer.Argument(..., help="Run folder or summary.json of run A."),
     b: Path = typer.Argument(..., help="Run folder or summary.json of run B."),
 ) -> None:
-    """Print two runs side by side with B − A for every metric."""
+    """Print two runs side by side: every metric with B − A over the samples both runs scored and its
+    paired 95% bootstrap interval ("not significant" where the interval holds 0)."""
     try:
         first, second = Summary.load(a), Summary.load(b)
+        rows_a, rows_b = run_rows(a), run_rows(b)
     except (FileNotFoundError, ValueError) as error:
         raise typer.BadParameter(str(error)) from error
-    console.print(compare_table(first, second, label_a=_run_label(a), label_b=_run_label(b)))
+    try:
+        paired = None if rows_a is None or rows_b is None else paired_differences(rows_a, rows_b)
+    except (KeyError, TypeError, ValueError) as error:  # a row without its id, data source or score keys
+        raise typer.BadParameter(f"samples.jsonl holds a row that cannot be scored: {error!r}") from None
+    console.print(compare_table(first, second, paired, label_a=_run_label(a), label_b=_run_label(b)))
 
 
 def _run_label(path: Path) -> str:

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from spacetools.bench.bootstrap import difference_of_means
+
 
 class RewardGain(BaseModel):
     """First- and last-fifth mean rewards, their difference and its bootstrap interval."""
@@ -51,12 +53,7 @@ def reward_gain(
         return None
     fifth = max(1, round(len(rows) / 5))
     first, last = _prompt_means(rows[:fifth]), _prompt_means(rows[-fifth:])
-    rng = np.random.default_rng(seed)
-    # (resamples, prompts) draws of each fifth's prompts, with replacement.
-    first_means = rng.choice(first, size=(resamples, first.size)).mean(axis=1)
-    last_means = rng.choice(last, size=(resamples, last.size)).mean(axis=1)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(last_means - first_means, [tail, 1 - tail])
+    low, high = difference_of_means(first, last, confidence=confidence, resamples=resamples, seed=seed)
     return RewardGain(
         steps=len(rows),
         first_mean=float(first.mean()),

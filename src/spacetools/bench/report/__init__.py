@@ -5,11 +5,15 @@ with the predicted (red) and true (green) geometry (points, mask outline, box co
 grasp lines, 2D boxes; a yes/no or multiple-choice answer is written under the image against the
 truth) plus the points the pointing tools reported (blue), the question, the answer, the score and
 the tool chain: each call, its arguments, the result text, the error flag and the picture the tool
-returned (a fitted 3D box, which returns none, is drawn from its corners). Images are embedded as
-base64, so the file can be mailed or archived as it is.
+returned (a fitted 3D box, which returns none, is drawn from its corners). A plots section shows each
+benchmark's score with its 95% interval, tool calls and failures; the samples can be filtered by
+benchmark and outcome and sorted failures first. Pictures are embedded as WebP thumbnails (the page
+alone can be mailed); each sample's picture at full size is a JPEG in ``report_files/`` beside it.
 
 Modules: :mod:`~spacetools.bench.report.drawing` (a sample's picture),
-:mod:`~spacetools.bench.report.toolchain` (the calls) and :mod:`~spacetools.bench.report.page` (the page).
+:mod:`~spacetools.bench.report.toolchain` (the calls), :mod:`~spacetools.bench.report.images`
+(thumbnails and side files), :mod:`~spacetools.bench.report.plots`,
+:mod:`~spacetools.bench.report.browse` (filter and sort) and :mod:`~spacetools.bench.report.page`.
 """
 
 from spacetools.bench.report.drawing import (
@@ -19,20 +23,22 @@ from spacetools.bench.report.drawing import (
     annotate,
     answer_kind,
     focus_region,
-    png_data_url,
 )
+from spacetools.bench.report.images import SIDE_FOLDER, ReportImages, webp_data_url
 from spacetools.bench.report.page import render_report, write_report
 from spacetools.bench.report.toolchain import tool_geometry_picture
 
 __all__ = [
     "PREDICTED",
+    "SIDE_FOLDER",
     "TOOL_POINT",
     "TRUTH",
+    "ReportImages",
     "annotate",
     "answer_kind",
     "focus_region",
-    "png_data_url",
     "render_report",
     "tool_geometry_picture",
+    "webp_data_url",
     "write_report",
 ]

@@ -7,9 +7,7 @@ What is drawn follows the benchmark registry's drawing kind, and answers are rea
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import io
 from collections.abc import Sequence
 
 import numpy as np
@@ -238,10 +236,3 @@ def one_line(text: str, limit: int) -> str:
     cut = flat[: limit - 1]
     space = cut.rfind(" ")
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,.;:") + "…"
-
-
-def png_data_url(image: Image.Image) -> str:
-    """A base64 PNG data URL (palette-quantized: the page stays small)."""
-    buffer = io.BytesIO()
-    image.quantize(colors=256).save(buffer, format="PNG", optimize=True)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -23,10 +23,10 @@ from spacetools.bench.report.drawing import (
     TOOL_POINT,
     crop,
     draw_geometry,
-    png_data_url,
     printable,
     square_around,
 )
+from spacetools.bench.report.images import ReportImages
 from spacetools.rewards.formats import BOX_CORNERS, GRASP_LABELS, format_grasp, format_points, parse_points
 
 TOOL_IMAGE_WIDTH = 320
@@ -106,24 +106,30 @@ def tool_geometry_picture(
     return canvas, caption
 
 
-def _tool_pictures(row: Mapping[str, Any], sample: Sample | None) -> list[list[tuple[str, str]]]:
-    """Per tool call, its pictures as ``(data URL, caption)``: those the tool returned, then for a box
-    fit or a grasp a zoomed view of its geometry (:func:`tool_geometry_picture`)."""
+Picture = tuple[str, str, str | None]  # data URL, caption, the full size's side file
+
+
+def _tool_pictures(
+    row: Mapping[str, Any], sample: Sample | None, images: ReportImages
+) -> list[list[Picture]]:
+    """Per tool call, its pictures: those the tool returned (a thumbnail, the stored picture a side
+    file), then for a box fit or a grasp a zoomed view of its geometry (:func:`tool_geometry_picture`)."""
     trajectory = row["trajectory"]
     thumbnails = row.get("tool_images", [])
     first = int(trajectory.get("task_image_count", 1))
-    pictures: list[list[tuple[str, str]]] = []
+    pictures: list[list[Picture]] = []
     for call in trajectory["tool_calls"]:
-        urls = [
-            thumbnails[i - first] for i in call.get("image_indices", []) if 0 <= i - first < len(thumbnails)
-        ]
-        shown = [(url, f"{call['name']} returned this picture") for url in urls]
+        indices = [i - first for i in call.get("image_indices", []) if 0 <= i - first < len(thumbnails)]
+        shown: list[Picture] = []
+        for i in indices:
+            url, link = images.tool_picture(thumbnails[i], f"{row['id']}-tool-{i}")
+            shown.append((url, f"{call['name']} returned this picture", link))
         if sample is not None and not call["is_error"]:
             drawn = tool_geometry_picture(
                 sample.images[0], call["name"], call["result_text"], call.get("value")
             )
             if drawn is not None:
-                shown.append((png_data_url(drawn[0]), drawn[1]))
+                shown.append((images.thumbnail(drawn[0]), drawn[1], None))
         pictures.append(shown)
     return pictures
 
@@ -133,32 +139,36 @@ def escape(text: str) -> str:
     return html.escape(printable(text))
 
 
-def tool_chain_html(row: Mapping[str, Any], sample: Sample | None) -> str:
+def _picture_html(url: str, caption: str, link: str | None) -> str:
+    """A picture in the chain, opening its full size on a click when it has a side file."""
+    picture = f"<img class='thumb' src='{url}' alt='{escape(caption)}' title='{escape(caption)}'>"
+    return f"<a href='{escape(link)}' target='_blank'>{picture}</a>" if link else picture
+
+
+def tool_chain_html(row: Mapping[str, Any], sample: Sample | None, images: ReportImages | None = None) -> str:
     """Each call of the episode: turn, tool, arguments, result text, status, latency and pictures."""
     trajectory = row["trajectory"]
     if not trajectory["tool_calls"]:
         return "<p class='muted'>no tool calls</p>"
+    images = images if images is not None else ReportImages(side_files=False)
     rows = []
-    for call, pictures in zip(trajectory["tool_calls"], _tool_pictures(row, sample), strict=True):
+    for call, pictures in zip(trajectory["tool_calls"], _tool_pictures(row, sample, images), strict=True):
         status = "<span class='err'>error</span>" if call["is_error"] else "ok"
-        images = "".join(
-            f"<img class='thumb' src='{url}' alt='{escape(caption)}' title='{escape(caption)}'>"
-            for url, caption in pictures
-        )
+        thumbnails = "".join(_picture_html(*picture) for picture in pictures)
         rows.append(
             "<tr>"
             f"<td>{call['turn']}</td><td><code>{escape(call['name'])}</code></td>"
             f"<td><code>{escape(json.dumps(call['arguments']))}</code></td>"
             f"<td><pre>{escape(truncate_middle(call['result_text'], RESULT_CHARS))}</pre></td>"
-            f"<td>{status}</td><td>{1000 * float(call['latency_s']):.0f} ms</td><td>{images}</td>"
+            f"<td>{status}</td><td>{1000 * float(call['latency_s']):.0f} ms</td><td>{thumbnails}</td>"
             "</tr>"
         )
     # Rows written before calls recorded their pictures: show the pictures together after the chain.
     unplaced = ""
     if row.get("tool_images") and not any(call.get("image_indices") for call in trajectory["tool_calls"]):
-        unplaced = "".join(
-            f"<img class='thumb' src='{url}' alt='tool picture'>" for url in row["tool_images"]
-        )
+        for i, stored in enumerate(row["tool_images"]):
+            url, link = images.tool_picture(stored, f"{row['id']}-tool-{i}")
+            unplaced += _picture_html(url, "tool picture", link)
     return (
         "<table class='chain'><colgroup><col style='width:40px'><col style='width:150px'>"
         "<col style='width:190px'><col><col style='width:40px'><col style='width:64px'>"
