@@ -22,10 +22,12 @@ from pydantic import (
     Field,
     GetJsonSchemaHandler,
     PlainValidator,
+    TypeAdapter,
     WithJsonSchema,
     create_model,
 )
 from pydantic.errors import PydanticInvalidForJsonSchema
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
@@ -82,6 +84,9 @@ class ArgumentField(NamedTuple):
     description: str
 
 
+_CONFIG = ConfigDict(strict=True, extra="forbid", arbitrary_types_allowed=True)
+
+
 def arguments_model(model_name: str, arguments: Mapping[str, ArgumentField]) -> type[BaseModel]:
     """The strict pydantic model of a method's arguments (built once per method: calls only validate)."""
     fields: dict[str, Any] = {
@@ -90,7 +95,7 @@ def arguments_model(model_name: str, arguments: Mapping[str, ArgumentField]) -> 
     }
     return create_model(
         model_name,
-        __config__=ConfigDict(strict=True, extra="forbid", arbitrary_types_allowed=True),
+        __config__=_CONFIG,
         **fields,
     )
 
@@ -100,9 +105,21 @@ def parameters_schema(model: type[BaseModel], where: str) -> dict[str, Any]:
     try:
         schema = model.model_json_schema(schema_generator=_ToolSchemaGenerator)
     except PydanticInvalidForJsonSchema as exc:
-        raise TypeError(f"{where}: cannot describe an argument in a JSON schema ({exc.message})") from None
+        culprit = next(name for name, info in model.model_fields.items() if not _describable(info))
+        raise TypeError(
+            f"{where}({culprit}): cannot describe its type in a JSON schema ({exc.message})"
+        ) from None
     # Drop the model's title and `additionalProperties`: the model is told only the properties.
     return {"type": "object", "properties": schema["properties"], "required": schema.get("required", [])}
+
+
+def _describable(info: FieldInfo) -> bool:
+    adapter: TypeAdapter[Any] = TypeAdapter(info.rebuild_annotation(), config=_CONFIG)
+    try:
+        adapter.json_schema(schema_generator=_ToolSchemaGenerator)
+    except PydanticInvalidForJsonSchema:
+        return False
+    return True
 
 
 class _ToolSchemaGenerator(GenerateJsonSchema):
