@@ -93,11 +93,7 @@ def arguments_model(model_name: str, arguments: Mapping[str, ArgumentField]) -> 
         name: (_validation_type(arg.hint), Field(arg.default, description=arg.description))
         for name, arg in arguments.items()
     }
-    return create_model(
-        model_name,
-        __config__=_CONFIG,
-        **fields,
-    )
+    return create_model(model_name, __config__=_CONFIG, **fields)
 
 
 def parameters_schema(model: type[BaseModel], where: str) -> dict[str, Any]:
@@ -105,9 +101,10 @@ def parameters_schema(model: type[BaseModel], where: str) -> dict[str, Any]:
     try:
         schema = model.model_json_schema(schema_generator=_ToolSchemaGenerator)
     except PydanticInvalidForJsonSchema as exc:
-        culprit = next(name for name, info in model.model_fields.items() if not _describable(info))
+        culprits = [name for name, info in model.model_fields.items() if not _describable(info)]
+        argument = f"({', '.join(culprits)})" if culprits else ""
         raise TypeError(
-            f"{where}({culprit}): cannot describe its type in a JSON schema ({exc.message})"
+            f"{where}{argument}: cannot describe its type in a JSON schema ({exc.message})"
         ) from None
     # Drop the model's title and `additionalProperties`: the model is told only the properties.
     return {"type": "object", "properties": schema["properties"], "required": schema.get("required", [])}
@@ -174,7 +171,7 @@ def _validation_type(hint: Any) -> Any:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if _is_array(hint):
         return _ARRAY
-    if origin is Annotated:  # keep the marks (a `Variable`'s shapes the schema); nested ones flatten
+    if origin is Annotated:  # keep the marks (`Variable`'s shapes the schema); nesting flattens them
         validated = _validation_type(args[0])
         for mark in hint.__metadata__:
             validated = Annotated[validated, mark]
