@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import pickle
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pytest
+from pydantic import Field
 
 from spacetools.tools.definition import (
     Tool,
@@ -224,3 +225,63 @@ def test_a_caller_reshaping_an_openai_schema_does_not_change_the_cached_spec() -
     schema = spec.to_openai()
     schema["function"]["parameters"]["properties"].clear()
     assert spec.to_openai()["function"]["parameters"]["properties"]
+
+
+class ConstrainedTool(Tool):
+    name = "scale"
+
+    @tool_method
+    def resize(self, factor: Annotated[float, Field(gt=0, le=4)], data: str | np.ndarray) -> str:
+        """Resize data.
+
+        Args:
+            factor: How much larger.
+            data: The array, or a note.
+        """
+        return f"{factor} {type(data).__name__}"
+
+
+def test_pydantic_constraints_in_hints_are_validated_and_shown_in_the_schema() -> None:
+    method = tool_methods(ConstrainedTool)["scale.resize"]
+    props = method.spec.parameters["properties"]
+    assert props["factor"] == {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": 4,
+        "description": "How much larger.",
+    }
+    assert method.validate({"factor": 2, "data": "x"}) == {"factor": 2.0, "data": "x"}
+    with pytest.raises(ToolError, match=r"factor: Input should be greater than 0 \(got -1\.0\)"):
+        method.validate({"factor": -1.0, "data": "x"})
+
+
+def test_array_or_string_argument_is_one_string_schema_and_takes_both() -> None:
+    method = tool_methods(ConstrainedTool)["scale.resize"]
+    assert method.spec.parameters["properties"]["data"] == {
+        "type": "string",
+        "description": 'The array, or a note (a "$name" reference to a variable from an earlier tool call).',
+    }
+    assert isinstance(method.validate({"factor": 1, "data": [[1, 2], [3, 4]]})["data"], np.ndarray)
+    assert method.validate({"factor": 1, "data": "note"})["data"] == "note"
+
+
+class Opaque:
+    pass
+
+
+class UndescribableTool(Tool):
+    name = "opaque"
+
+    @tool_method
+    def run(self, thing: Opaque) -> str:
+        """Run.
+
+        Args:
+            thing: Something no JSON schema can describe.
+        """
+        return ""
+
+
+def test_an_argument_type_without_a_json_schema_is_a_definition_mistake() -> None:
+    with pytest.raises(TypeError, match=r"opaque\.run\(thing\): cannot describe .*Opaque"):
+        tool_specs(UndescribableTool)

@@ -1,8 +1,9 @@
 """How a tool is defined: the `Tool` base class, `@tool_method`, results, errors and JSON schemas.
 
 A tool is a class whose methods marked `@tool_method` are what the model may call, by the public name
-`"<Tool.name>.<method>"`. The JSON schema of each method comes from its type hints and its Google-style
-docstring; arguments are validated with a pydantic model built from the same signature.
+`"<Tool.name>.<method>"`. Each method's arguments get one pydantic model, built from its type hints and
+its Google-style docstring (`tools.arguments`): it validates every call, and pydantic generates from it
+the JSON schema the model sees.
 """
 
 from __future__ import annotations
@@ -12,15 +13,23 @@ import inspect
 import json
 import logging
 import re
-import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union
+from typing import Any, ClassVar, TypeVar
 
 import docstring_parser
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainValidator, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
+
+from spacetools.tools.arguments import (
+    ArgumentField,
+    Variable,
+    arguments_model,
+    describe_problem,
+    parameters_schema,
+    with_reference_hint,
+)
 
 __all__ = [
     "BATCH_CALL",
@@ -48,10 +57,7 @@ MAX_ERROR_CHARS = 500
 #: The method name under which the Toolshed sends a gathered batch of calls (see tools.batching).
 BATCH_CALL = "__batch__"
 _TOOL_METHOD_MARK = "__spacetools_tool_method__"
-_VARIABLE_MARK = "spacetools-variable"
-_REFERENCE_HINT = 'a "$name" reference to a variable from an earlier tool call'
 _F = TypeVar("_F", bound=Callable[..., Any])
-_T = TypeVar("_T")
 _log = logging.getLogger(__name__)
 
 
@@ -176,22 +182,6 @@ class ToolContext:
             )
 
 
-if TYPE_CHECKING:
-    # For the type checker `Variable[T]` is `T` itself: the reference is resolved before the call.
-    Variable = Annotated[_T, "variable"]
-else:
-
-    class Variable:
-        """`Variable[T]` marks a parameter that usually receives a `"$name"` reference to a stored T.
-
-        `numpy.ndarray` parameters are always references; use `Variable[float]` for a scalar that may be
-        written as a literal or as a reference (e.g. `focal_length_px`).
-        """
-
-        def __class_getitem__(cls, item: Any) -> Any:
-            return typing.Annotated[item, _VARIABLE_MARK]
-
-
 def tool_method(fn: _F) -> _F:
     """Mark a method of a `Tool` subclass as callable by the model."""
     setattr(fn, _TOOL_METHOD_MARK, True)
@@ -271,21 +261,9 @@ class ToolMethod:
             model = self.arguments_model.model_validate(dict(arguments))
         except ValidationError as exc:
             expected = ", ".join(self.spec.parameters["properties"]) or "no arguments"
-            problems = "; ".join(_describe_problem(err, expected) for err in exc.errors())
+            problems = "; ".join(describe_problem(err, expected) for err in exc.errors())
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from None
         return {key: getattr(model, key) for key in type(model).model_fields}
-
-
-def _describe_problem(error: Mapping[str, Any], expected: str) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "arguments"
-    if error["type"] == "missing":
-        return f"{where}: missing required argument"
-    if error["type"] == "extra_forbidden":
-        return f"{where}: unexpected argument (expected: {expected})"
-    shown = repr(error["input"])
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return f"{where}: {error['msg']} (got {shown})"
 
 
 def tool_methods(tool_cls: type[Tool]) -> dict[str, ToolMethod]:
@@ -387,9 +365,7 @@ def _build_tool_method(name: str, attribute: str, fn: Callable[..., Any]) -> Too
     if not description:
         raise TypeError(f"tool method {name} needs a docstring")
 
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    fields: dict[str, Any] = {}
+    arguments: dict[str, ArgumentField] = {}
     wants_context = False
     for param in list(signature.parameters.values())[1:]:  # skip self
         if param.name == "ctx" or hints.get(param.name) is ToolContext:
@@ -404,149 +380,17 @@ def _build_tool_method(name: str, attribute: str, fn: Callable[..., Any]) -> Too
         if not arg_docs.get(param.name):
             raise TypeError(f"{name}: argument {param.name} is not described in the docstring's Args section")
         hint = hints[param.name]
-        schema = _json_schema(hint, f"{name}({param.name})")
-        schema["description"] = _with_reference_hint(arg_docs[param.name], hint)
-        properties[param.name] = schema
-        if param.default is inspect.Parameter.empty:
-            required.append(param.name)
-            fields[param.name] = (_validation_type(hint), ...)
-        else:
-            fields[param.name] = (_validation_type(hint), param.default)
-    unknown_docs = set(arg_docs) - set(properties) - {"ctx"}
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        arguments[param.name] = ArgumentField(hint, default, with_reference_hint(arg_docs[param.name], hint))
+    unknown_docs = set(arg_docs) - set(arguments) - {"ctx"}
     if unknown_docs:
         raise TypeError(f"{name}: the docstring describes arguments it does not take: {sorted(unknown_docs)}")
 
-    parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
-    model = create_model(
-        f"{name.replace('.', '_')}_arguments",
-        __config__=ConfigDict(strict=True, extra="forbid", arbitrary_types_allowed=True),
-        **fields,
-    )
+    model = arguments_model(f"{name.replace('.', '_')}_arguments", arguments)
+    parameters = parameters_schema(model, name)
     image_parameters = tuple(
-        param for param in properties if param == "image_index" or param.endswith("_image_index")
+        param for param in arguments if param == "image_index" or param.endswith("_image_index")
     )
     return ToolMethod(
         name, attribute, ToolSpec(name, description, parameters), model, wants_context, image_parameters
     )
-
-
-def _is_array(hint: Any) -> bool:
-    return hint is np.ndarray or typing.get_origin(hint) is np.ndarray
-
-
-def _strip_annotated(hint: Any) -> tuple[Any, bool]:
-    """The bare type of `hint` and whether it was marked `Variable[...]`."""
-    if typing.get_origin(hint) is typing.Annotated:
-        base, *extras = typing.get_args(hint)
-        return base, _VARIABLE_MARK in extras
-    return hint, False
-
-
-def _union_args(hint: Any) -> tuple[Any, ...] | None:
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return typing.get_args(hint)
-    return None
-
-
-def _is_reference(hint: Any) -> bool:
-    base, marked = _strip_annotated(hint)
-    members = _union_args(base)
-    if members is not None:
-        return marked or any(_is_reference(member) for member in members)
-    return marked or _is_array(base)
-
-
-def _with_reference_hint(description: str, hint: Any) -> str:
-    if not _is_reference(hint) or "$" in description:
-        return description
-    return f"{description.rstrip('.')} ({_REFERENCE_HINT})."
-
-
-_SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
-
-
-def _json_schema(hint: Any, where: str) -> dict[str, Any]:
-    base, marked = _strip_annotated(hint)
-    if _is_array(base):
-        return {"type": "string"}
-    members = _union_args(base)
-    if members is not None:
-        present = [member for member in members if member is not type(None)]
-        if len(present) == 1:  # Optional[X]: the default stands for "absent"
-            schema = _json_schema(present[0], where)
-        else:
-            schemas: list[dict[str, Any]] = []
-            for member in present:  # `str | np.ndarray` would otherwise list {"type": "string"} twice
-                member_schema = _json_schema(member, where)
-                if member_schema not in schemas:
-                    schemas.append(member_schema)
-            schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    elif base in _SCALARS:
-        schema = {"type": _SCALARS[base]}
-    elif typing.get_origin(base) is Literal:
-        values = list(typing.get_args(base))
-        kinds = {_SCALARS[type(value)] for value in values}
-        schema = {"type": kinds.pop() if len(kinds) == 1 else sorted(kinds), "enum": values}
-    elif typing.get_origin(base) in (list, tuple) or base in (list, tuple):
-        schema = _sequence_schema(base, where)
-    elif typing.get_origin(base) is dict or base is dict:
-        schema = {"type": "object"}
-    else:
-        raise TypeError(f"{where}: cannot describe type {base!r} in a JSON schema")
-    if marked and schema.get("type") != "string":
-        schema = {"anyOf": [schema, {"type": "string"}]}
-    return schema
-
-
-def _sequence_schema(base: Any, where: str) -> dict[str, Any]:
-    args = typing.get_args(base)
-    if not args or args == ((),):
-        return {"type": "array"}
-    if typing.get_origin(base) is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-        items = [_json_schema(arg, where) for arg in args]
-        return {"type": "array", "prefixItems": items, "minItems": len(items), "maxItems": len(items)}
-    return {"type": "array", "items": _json_schema(args[0], where)}
-
-
-def _as_array(value: Any) -> np.ndarray:
-    """Accept an array, or nested lists of numbers sent by value; a plain string is a reference gone wrong."""
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "__array__") and hasattr(value, "shape") and not isinstance(value, (list, tuple)):
-        return value  # an array held elsewhere (Ray's object store), read where the tool runs
-    if isinstance(value, str):
-        raise ValueError(f"expected {_REFERENCE_HINT}")
-    if isinstance(value, (list, tuple)):
-        try:
-            array = np.asarray(value)
-        except ValueError:
-            raise ValueError("expected an array; got ragged nested lists") from None
-        if array.dtype.kind in "biuf":
-            return array
-    raise ValueError(f"expected an array or {_REFERENCE_HINT}")
-
-
-def _validation_type(hint: Any) -> Any:
-    """The pydantic type for a hint: arrays go through `_as_array`, the rest is validated as written."""
-    base, _marked = _strip_annotated(hint)
-    if _is_array(base):
-        return typing.Annotated[Any, PlainValidator(_as_array)]
-    members = _union_args(base)
-    if members is not None:
-        return Union[tuple(_validation_type(member) for member in members)]  # noqa: UP007
-    origin, args = typing.get_origin(base), typing.get_args(base)
-    if origin is list and args:
-        return list[_validation_type(args[0])]  # type: ignore[misc]
-    if origin is tuple or base is tuple:
-        inner = (
-            tuple[tuple(_validation_type(arg) if arg is not Ellipsis else arg for arg in args)]  # type: ignore[misc]
-            if args
-            else tuple
-        )
-        # JSON has no tuples: accept a list where the hint says tuple, then check it strictly.
-        return typing.Annotated[inner, BeforeValidator(_list_to_tuple)]
-    return base
-
-
-def _list_to_tuple(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
