@@ -158,6 +158,11 @@ def measure(sessions: int, config: dict[str, Any]) -> dict[str, Any]:
             for seed in range(sessions):
                 run_session(http, image_url, seed)
                 after_each.append(tree_rss(server))
+                print(
+                    f"session {seed + 1}/{sessions}: RSS {after_each[-1] >> 20} MB",
+                    file=sys.stderr,
+                    flush=True,
+                )
         cpu_s = tree_cpu_s(server) - cpu_start
         time.sleep(1.0)  # releases are fire and forget: let the workers run them
         final_rss = tree_rss(server)
