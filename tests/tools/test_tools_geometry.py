@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 
 from spacetools.sim.gripper import GRIPPER_MAX_WIDTH
 from spacetools.tools.bbox import fit_circle, fit_oriented_box, min_area_rectangle
-from spacetools.tools.definition import ToolError
+from spacetools.tools.definition import ToolContext, ToolError, invoke_tool_method
 from spacetools.tools.grasp import gripper_collides, search_grasps
 from spacetools.tools.pointcloud import fit_plane_ransac, main_cluster
 from spacetools.tools.projection import (
@@ -19,6 +21,7 @@ from spacetools.tools.projection import (
     mask_selection,
     project_to_normalized,
 )
+from spacetools.tools.vision_ops import VisionOpsTool
 
 FOCAL = 400.0
 WIDTH, HEIGHT = 160, 120
@@ -66,6 +69,27 @@ def test_projection_round_trip() -> None:
     normalized = project_to_normalized(points, FOCAL, WIDTH, HEIGHT)
     lifted = backproject_normalized(normalized, points[:, 2], FOCAL, WIDTH, HEIGHT)
     np.testing.assert_allclose(lifted, points, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("points_3d", "why"),
+    [
+        (np.array([[0.1, 0.0, 0.8], [0.0, 0.0, np.nan]]), r"point 1 \(0, 0, nan\) is not finite"),
+        (np.array([[0.0, 0.0, np.inf]]), r"point 0 \(0, 0, inf\) is not finite"),
+        (np.array([[0.0, 0.0, -np.inf]]), "is not finite"),
+        (np.array([[np.nan, 0.0, 1.0]]), "is not finite"),
+        ("[(0.1, 0.0, 1e999)]", r"\(0.1, 0, inf\) is not finite"),  # text overflows to infinity
+        (np.array([[0.1, 0.0, 0.0]]), r"point 0 \(0.1, 0, 0\) is not in front of the camera"),
+        (np.array([[0.1, 0.0, 0.8], [0.1, 0.0, -0.5]]), "point 1 .* is not in front of the camera"),
+    ],
+)
+def test_projecting_to_2d_refuses_points_that_have_no_image_point(points_3d: object, why: str) -> None:
+    ctx = ToolContext.local([np.zeros((HEIGHT, WIDTH, 3), np.uint8)])
+    arguments = {"points_3d": points_3d, "focal_length_px": FOCAL, "width": WIDTH, "height": HEIGHT}
+    result = invoke_tool_method(VisionOpsTool(), "vision_ops.project_3d_points_to_2d", arguments, ctx)
+    assert result.is_error and result.text.startswith("Error: point ")
+    assert re.search(why, result.text), result.text
+    assert "finite z > 0" in result.text and "projected_2d_points" not in result.variables
 
 
 def test_per_pixel_cloud_is_row_major_and_masks_select_by_index() -> None:

@@ -58,6 +58,22 @@ class Observation:
         height, width = self.view.depth.shape
         return width, height
 
+    def nbytes(self) -> int:
+        """Bytes of the arrays this observation holds once its derived pixel geometry is computed.
+
+        `world_points` and `table_pixels` appear lazily, so a cache charging this up front stays within
+        its bound whatever is asked of the observation later.
+        """
+        view = self.view.rgb.nbytes + self.view.depth.nbytes + self.view.segmentation.nbytes
+        truths = sum(
+            value.nbytes
+            for truth in self.truths
+            for value in vars(truth).values()
+            if isinstance(value, np.ndarray)
+        )
+        derived = self.view.depth.size * (3 * np.dtype(np.float64).itemsize + np.dtype(np.bool_).itemsize)
+        return view + truths + derived
+
     @cached_property
     def world_points(self) -> np.ndarray:
         """``(H, W, 3)`` world coordinates of every pixel's surface point."""

@@ -15,7 +15,7 @@ from spacetools.tools.definition import ToolContext, ToolError, ToolResult, tool
 from spacetools.tools.overlays import colorize_depth
 from spacetools.tools.projection import depth_to_point_cloud
 from spacetools.tools.realism import maybe_fail, perturb_depth, perturb_focal_length
-from spacetools.tools.simworld import SimulatedTool
+from spacetools.tools.simworld import SimulatedTool, render_size, resample_nearest
 
 
 class DepthEstimatorTool(SimulatedTool):
@@ -24,15 +24,27 @@ class DepthEstimatorTool(SimulatedTool):
     name: ClassVar[str] = "depth_estimator"
 
     def _estimate(self, ctx: ToolContext, image_index: int) -> tuple[np.ndarray, float]:
-        """The (perturbed) depth map and focal length of an image."""
+        """The (perturbed) depth map and focal length of an image, at the image's size.
+
+        The depth is estimated on the render and mapped to the image's pixels; the focal length is the
+        camera's at the image's size, so that pixels, normalized points and the cloud agree.
+        """
         observation = self.observe(ctx, image_index)
         profile = self.profile
         maybe_fail(profile, ctx.rng, "depth model")
-        depth = perturb_depth(observation.view.depth, profile, ctx.rng)
-        focal = perturb_focal_length(float(observation.view.camera.fx), profile, ctx.rng)
+        height, width = ctx.image_size(image_index)
+        depth = resample_nearest(perturb_depth(observation.view.depth, profile, ctx.rng), height, width)
+        image_camera = observation.view.camera.resized(width, height)
+        focal = perturb_focal_length(float(image_camera.fx), profile, ctx.rng)
         if not (np.all(np.isfinite(depth)) and np.isfinite(focal)):
             raise ToolError("the depth estimate is not finite; retry the call")
         return depth, focal
+
+    def _picture(self, depth: np.ndarray) -> np.ndarray:
+        """The colourised depth for people to look at, drawn at most `max_render_pixels` large."""
+        height, width = depth.shape
+        picture_width, picture_height = render_size(width, height, self.simulation.max_render_pixels)
+        return colorize_depth(resample_nearest(depth, picture_height, picture_width))
 
     @staticmethod
     def _summary(depth: np.ndarray, focal: float) -> dict[str, float | int]:
@@ -67,7 +79,7 @@ class DepthEstimatorTool(SimulatedTool):
         return ToolResult(
             text=text,
             value=self._summary(depth, focal),
-            images=[colorize_depth(depth)],
+            images=[self._picture(depth)],
             variables={"depth_map": depth, "focal_length_px": focal},
         )
 
@@ -102,6 +114,6 @@ class DepthEstimatorTool(SimulatedTool):
         return ToolResult(
             text=text,
             value=value,
-            images=[colorize_depth(depth)],
+            images=[self._picture(depth)],
             variables={"depth_map": depth, "point_cloud": cloud, "focal_length_px": focal},
         )

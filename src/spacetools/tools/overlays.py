@@ -30,12 +30,14 @@ def draw_points(image: np.ndarray, points_2d: np.ndarray) -> np.ndarray:
 
 def draw_mask(image: np.ndarray, mask: np.ndarray, points_2d: np.ndarray | None = None) -> np.ndarray:
     """A translucent green mask with a white outline, plus the prompt points."""
-    picture = image.astype(np.float32)
-    picture[mask] = 0.5 * picture[mask] + 0.5 * np.array([0.0, 255.0, 0.0])
+    picture = image.astype(np.uint8, copy=True)
+    # Half way to green on the masked pixels only, in integers: a float copy of a 16 Mpx photo is 200 MB.
+    picture[mask] = ((picture[mask].astype(np.uint16) + np.array([0, 255, 0], np.uint16)) // 2).astype(
+        np.uint8
+    )
     outline = ndimage.binary_dilation(mask, iterations=2) & ~mask
     picture[outline] = _WHITE
-    result = picture.astype(np.uint8)
-    return result if points_2d is None else draw_points(result, points_2d)
+    return picture if points_2d is None else draw_points(picture, points_2d)
 
 
 def colorize_depth(depth: np.ndarray) -> np.ndarray:

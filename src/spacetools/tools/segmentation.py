@@ -17,7 +17,7 @@ from spacetools.tools.definition import ToolContext, ToolResult, tool_method
 from spacetools.tools.overlays import draw_mask
 from spacetools.tools.projection import as_normalized_points, pixel_index
 from spacetools.tools.realism import maybe_fail, perturb_mask, predicted_iou
-from spacetools.tools.simworld import SimulatedTool
+from spacetools.tools.simworld import SimulatedTool, resample_nearest
 
 SURFACE_SCORE_FACTOR = 0.7
 """Segmenting a bare surface is less certain than an object: its score is scaled down."""
@@ -55,13 +55,14 @@ class Sam2Tool(SimulatedTool):
     name: ClassVar[str] = "sam2"
 
     def _segment(self, ctx: ToolContext, image_index: int, points: np.ndarray) -> tuple[np.ndarray, float]:
+        """The mask at the image's size (segmented on the render) and its predicted IoU."""
         observation = self.observe(ctx, image_index)
         profile = self.profile
         maybe_fail(profile, ctx.rng, "SAM2")
         truth, is_object = segment_at(observation, points)
         mask = perturb_mask(truth, observation.view.segmentation, profile, ctx.rng)
         score = predicted_iou(mask, truth, profile, ctx.rng) * (1.0 if is_object else SURFACE_SCORE_FACTOR)
-        return mask, score
+        return resample_nearest(mask, *ctx.image_size(image_index)), score
 
     def _result(
         self,

@@ -1,21 +1,30 @@
 """The simulated world behind an image: rebuild the scene of `image_index` and render what it shows.
 
-A conversation image from SpatialSim carries its scene spec JSON in its attachment (``"scene"``), and
-the realism profile is a setting of the tools' deployment (``config["profile"]``, default ``exact``).
-Simulated perception tools rebuild
-that scene in pybullet, render it at the image's size and read the truth from the render. Building
-and rendering costs about half a second, so each tool instance keeps a small LRU cache of
-observations keyed by the spec's hash and the image size.
+A conversation image from SpatialSim carries its scene spec JSON in its attachment (``"scene"``).
+Simulated perception tools rebuild that scene in pybullet, render it and read the truth from the
+render. Three deployment settings (``config``) shape them:
+
+- ``profile``: the realism profile (default ``exact``);
+- ``max_render_pixels``: the render is at the image's size up to this many pixels, and at the same
+  aspect ratio scaled down past it (as SAM 2 and Depth Pro run at about 1 Mpx whatever the photo's
+  size), so one 16 Mpx image costs what a 1 Mpx one does. Answers are in normalized coordinates, and
+  the per-pixel arrays a tool returns (masks, depth) are mapped back to the image's size;
+- ``cache_mb``: building and rendering costs about half a second, so each tool instance keeps the
+  observations it rendered, least recently used out first, within this many megabytes. An entry is
+  dropped as soon as every session that used it has closed (`SimulatedTool.release_session`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spacetools.sim.observation import Observation
 from spacetools.sim.scene import SceneSpec
@@ -23,30 +32,105 @@ from spacetools.sim.world import Scene
 from spacetools.tools.definition import Tool, ToolContext, ToolError
 from spacetools.tools.realism import Profile, get_profile
 
-DEFAULT_CACHE_SIZE = 8
+DEFAULT_MAX_RENDER_PIXELS = 1024 * 1024
+MIN_RENDER_PIXELS = 64 * 64
+DEFAULT_CACHE_MB = 256.0
+
+
+class SimulationSettings(BaseModel):
+    """The deployment settings of a simulated tool (other keys are the Toolshed's to judge)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    profile: str = "exact"
+    max_render_pixels: int = Field(DEFAULT_MAX_RENDER_PIXELS, ge=MIN_RENDER_PIXELS)
+    cache_mb: float = Field(DEFAULT_CACHE_MB, ge=0, allow_inf_nan=False)
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> SimulationSettings:
+        """The settings in a deployment config; a one-line `ValueError` naming a bad one."""
+        try:
+            settings = cls.model_validate(dict(config))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ValueError(f"{where}: {first['msg']} (got {first['input']!r})") from None
+        get_profile(settings.profile)  # a ValueError listing the profiles
+        return settings
+
+
+def render_size(width: int, height: int, max_pixels: int) -> tuple[int, int]:
+    """``(width, height)`` of the render for an image: its own size, or scaled down to ``max_pixels``."""
+    if width * height <= max_pixels:
+        return width, height
+    scale = math.sqrt(max_pixels / (width * height))
+    render_height = max(1, min(int(height * scale), max_pixels))
+    return max(1, min(int(width * scale), max_pixels // render_height)), render_height
+
+
+def resample_nearest(array: np.ndarray, height: int, width: int) -> np.ndarray:
+    """A per-pixel array at another size (a render's at the image's): each pixel takes the one at its centre.
+
+    Nearest rather than interpolated, so no depth between an object and the table and no half-true mask.
+    """
+    if array.shape[:2] == (height, width):
+        return array
+    rows = ((np.arange(height) + 0.5) * array.shape[0] / height).astype(np.intp)
+    cols = ((np.arange(width) + 0.5) * array.shape[1] / width).astype(np.intp)
+    return array[rows[:, None], cols[None, :]]
+
+
+@dataclass
+class _Entry:
+    observation: Observation
+    nbytes: int
+    sessions: set[str] = field(default_factory=set)
 
 
 class SceneCache:
-    """A small LRU cache of observations keyed by (spec hash, image size)."""
+    """Observations keyed by (spec hash, render size): least recently used out first, bounded in bytes.
 
-    def __init__(self, max_size: int = DEFAULT_CACHE_SIZE) -> None:
-        self.max_size = max_size
-        self._entries: OrderedDict[tuple[str, int, int], Observation] = OrderedDict()
+    An entry is charged its full size up front (`Observation.nbytes`, which counts the geometry it
+    derives later), so the cache never holds more than ``max_bytes``; an observation larger than that
+    is returned without being kept. Each entry remembers the sessions that used it and goes when the
+    last of them is released.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, int, int], _Entry] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def observe(self, spec_json: str, width: int, height: int) -> Observation:
-        """The observation of a scene spec rendered at ``width`` x ``height`` (cached)."""
+    @property
+    def nbytes(self) -> int:
+        """Bytes charged for the observations held."""
+        return sum(entry.nbytes for entry in self._entries.values())
+
+    def observe(self, spec_json: str, width: int, height: int, session_id: str) -> Observation:
+        """The observation of a scene spec rendered at ``width`` x ``height`` (cached for `session_id`)."""
         key = (hashlib.sha256(spec_json.encode()).hexdigest(), width, height)
-        if key in self._entries:
+        entry = self._entries.get(key)
+        if entry is None:
+            observation = render_observation(parse_spec(spec_json), width, height)
+            entry = _Entry(observation, observation.nbytes())
+            if entry.nbytes > self.max_bytes:
+                return observation
+            while self.nbytes + entry.nbytes > self.max_bytes:
+                self._entries.popitem(last=False)
+            self._entries[key] = entry
+        else:
             self._entries.move_to_end(key)
-            return self._entries[key]
-        observation = render_observation(parse_spec(spec_json), width, height)
-        self._entries[key] = observation
-        if len(self._entries) > self.max_size:
-            self._entries.popitem(last=False)
-        return observation
+        entry.sessions.add(session_id)
+        return entry.observation
+
+    def release(self, session_id: str) -> None:
+        """Forget a closed session; drop the observations no open session used."""
+        for key, entry in list(self._entries.items()):
+            entry.sessions.discard(session_id)
+            if not entry.sessions:
+                del self._entries[key]
 
 
 def parse_spec(spec_json: str) -> SceneSpec:
@@ -81,23 +165,29 @@ def scene_of(ctx: ToolContext, image_index: int) -> str:
 class SimulatedTool(Tool):
     """Base of the perception tools backed by the simulated world (pointing, segmentation, depth)."""
 
-    config_keys: ClassVar[frozenset[str]] = frozenset({"profile", "cache_size"})
+    config_keys: ClassVar[frozenset[str]] = frozenset(SimulationSettings.model_fields)
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
-        self._scenes = SceneCache(int(config.get("cache_size", DEFAULT_CACHE_SIZE)))
-        self._profile = get_profile(str(config.get("profile", "exact")))
+        self.simulation = SimulationSettings.of(config)
+        self._scenes = SceneCache(int(self.simulation.cache_mb * 2**20))
+        self._profile = get_profile(self.simulation.profile)
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:
-        """The profile must be one of `PROFILES` (a `ValueError` lists them)."""
-        get_profile(str(config.get("profile", "exact")))
+        """The profile must be one of `PROFILES`, the render bound and cache size numbers in range."""
+        SimulationSettings.of(config)
 
     def observe(self, ctx: ToolContext, image_index: int) -> Observation:
-        """The simulated scene behind image ``image_index`` of the conversation."""
+        """The simulated scene behind image ``image_index``, rendered at most `max_render_pixels` large."""
         spec_json = scene_of(ctx, image_index)
         height, width = ctx.image_size(image_index)
-        return self._scenes.observe(spec_json, width, height)
+        render_width, render_height = render_size(width, height, self.simulation.max_render_pixels)
+        return self._scenes.observe(spec_json, render_width, render_height, ctx.session_id)
+
+    def release_session(self, session_id: str) -> None:
+        """Drop the cached observations only this closed session used."""
+        self._scenes.release(session_id)
 
     @property
     def profile(self) -> Profile:

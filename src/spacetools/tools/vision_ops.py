@@ -48,6 +48,18 @@ def _element_value(value: np.ndarray) -> Any:
     return item
 
 
+def _check_in_front(points: np.ndarray) -> None:
+    """Only finite points in front of the camera (z > 0) have an image point; name the first other one."""
+    bad = np.flatnonzero(~np.all(np.isfinite(points), axis=1) | ~(points[:, 2] > 0))
+    if len(bad):
+        x, y, z = points[bad[0]]
+        why = "is not finite" if not np.all(np.isfinite(points[bad[0]])) else "is not in front of the camera"
+        raise ToolError(
+            f"point {bad[0]} ({x:g}, {y:g}, {z:g}) {why}: only points with a finite z > 0 (metres, "
+            "OpenCV camera frame) can be projected"
+        )
+
+
 class VisionOpsTool(Tool):
     """Indexing, cropping and projection operations on images and stored arrays."""
 
@@ -203,6 +215,7 @@ class VisionOpsTool(Tool):
         if width <= 0 or height <= 0:
             raise ToolError(f"image size must be positive, got {width}x{height}")
         focal = as_focal_length(focal_length_px, (height, width))
+        _check_in_front(points)
         projected = project_to_normalized(points, focal, width, height)
         text = (
             f"Projected {len(points)} 3D points to normalized image coordinates: {format_points(projected)}"
