@@ -168,7 +168,7 @@ def summary_table(summary: Summary) -> Table:
     table = Table(
         title=f"{summary.policy} on {summary.data} ({summary.profile} tools)",
         caption="score: the paper's headline figure; calls: tool calls per episode; fails: failed tool "
-        "calls in all; s/ep: seconds per episode",
+        "calls in all; p.err: episodes ended by a policy error (model unreachable); s/ep: seconds per episode",
         box=box.SIMPLE_HEAD,
         collapse_padding=True,
         show_edge=False,
@@ -177,7 +177,7 @@ def summary_table(summary: Summary) -> Table:
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("score", justify="right", no_wrap=True, style="bold")
     table.add_column("other figures", ratio=1, min_width=12)
-    for column in ("calls", "fails", "turns", "s/ep"):
+    for column in ("calls", "fails", "p.err", "turns", "s/ep"):
         table.add_column(column, justify="right", no_wrap=True)
     for bench in summary.benchmarks.values():
         table.add_row(
@@ -187,6 +187,7 @@ def summary_table(summary: Summary) -> Table:
             other_figures(bench.metrics),
             f"{bench.tool_calls_mean:.1f}",
             str(bench.tool_failures),
+            str(bench.finish_reasons.get("policy_error", 0)),
             f"{bench.turns_mean:.1f}",
             f"{bench.wall_s_mean:.1f}",
         )

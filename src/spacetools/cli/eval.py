@@ -14,7 +14,16 @@ from spacetools.agent.policies import POLICIES, make_policy
 from spacetools.agent.rollout import RolloutConfig
 from spacetools.agent.types import Policy
 from spacetools.bench.dataset import parquet_files
-from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, EvalConfig, evaluate
+from spacetools.bench.evaluate import (
+    MAX_POLICY_ERRORS,
+    REPORT_FILE,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    EvalConfig,
+    PolicyErrorsError,
+    RunMismatchError,
+    evaluate,
+)
 from spacetools.bench.summary import Summary, compare_table
 from spacetools.cli.options import (
     check_out_folder,
@@ -85,6 +94,13 @@ def run(
     max_turns: int = typer.Option(8, "--max-turns", help="Assistant turns per episode."),
     seed: int = seed_option("Toolshed seed (realism draws are reproducible)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already in samples.jsonl."),
+    max_policy_errors: int = typer.Option(
+        MAX_POLICY_ERRORS,
+        "--max-policy-errors",
+        min=0,
+        help="Stop the run (exit 1) when this many episodes in a row end with a policy error, such as a "
+        "model endpoint that does not answer; 0: never stop.",
+    ),
     option: list[str] | None = typer.Option(
         None, "--option", help="Policy option key=value, repeated (e.g. model=..., base_url=...)."
     ),
@@ -156,6 +172,7 @@ def run(
         toolshed_url=toolshed_url,
         system_prompt=system_prompt,
         resume=resume,
+        max_policy_errors=max_policy_errors,
         rollout=RolloutConfig(
             concurrency=concurrency, max_turns=max_turns, max_tool_response_chars=max_tool_response_chars
         ),
@@ -163,8 +180,13 @@ def run(
     chosen = _build_policy(policy, options)
     try:
         evaluate(chosen, config=config, console=console)
-    except (ValueError, ConnectionError, OSError, RuntimeError) as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+    except RunMismatchError as error:  # --out holds a run made with other settings
+        raise typer.BadParameter(str(error), param_hint="--out") from None
+    except ValueError as error:  # the data or the settings, found wanting once read
+        raise typer.BadParameter(str(error)) from None
+    except (PolicyErrorsError, ConnectionError, OSError, RuntimeError) as error:
+        # The arguments were fine but the run failed (a model or a Toolshed that does not answer).
+        typer.echo(f"Error: {error}", err=True)
         raise typer.Exit(1) from None
     console.print(
         f"Report: {out / REPORT_FILE}  (samples: {out / SAMPLES_FILE}, summary: {out / SUMMARY_FILE})"
