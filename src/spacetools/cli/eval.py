@@ -32,6 +32,7 @@ from spacetools.cli.options import (
     profile_option,
     read_text_file,
     seed_option,
+    toolset_config_option,
     toolset_deployments,
 )
 
@@ -119,11 +120,7 @@ def run(
         "--toolshed-url",
         help="Use a running Toolshed server (spacetools serve) instead of local tools.",
     ),
-    toolset_config: Path | None = typer.Option(
-        None,
-        "--toolset-config",
-        help="Tool-set config YAML (backends, models, devices); default: the simulated V1 tools.",
-    ),
+    toolset_config: Path | None = toolset_config_option("default: the simulated V1 tools"),
 ) -> None:
     """Evaluate a policy on benchmark samples with live tools and write a run folder."""
     if ctx.invoked_subcommand is not None:
@@ -145,13 +142,11 @@ def run(
         read_text_file(system_prompt, "--system-prompt")
     if toolset_config is not None and toolshed_url is not None:
         raise typer.BadParameter(
-            "a Toolshed server has its own tools; give --toolset-config to `spacetools serve --config`",
+            "a Toolshed server has its own tools; give the file to `spacetools serve --toolset-config`",
             param_hint="--toolset-config",
         )
     # The simulated default keeps its name in run.json, so runs made before config files still resume.
-    toolset = (
-        "v1" if toolset_config is None else toolset_deployments("v1", toolset_config, "--toolset-config")
-    )
+    toolset = "v1" if toolset_config is None else toolset_deployments("v1", toolset_config)
     options = key_values(option)
     if policy == "scripted":
         options.setdefault("max_turns", max_turns)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.agent.policies import make_policy
-from spacetools.cli.options import comma_list, key_values, profile_option
+from spacetools.cli.options import check_out_folder, comma_list, key_values, profile_option
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -57,7 +57,7 @@ def evaluate(
         None, "--category", help="Categories, comma-separated or repeated; default all three."
     ),
     seed: int = typer.Option(0, "--seed", help="Task suite and Toolshed seed."),
-    profile: str = profile_option("exact"),
+    profile: str = profile_option(),
     max_turns: int = typer.Option(10, "--max-turns", min=2, help="Assistant turns per episode."),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Episodes run at once."),
     option: list[str] | None = typer.Option(
@@ -71,6 +71,7 @@ def evaluate(
 
     if policy not in ROBOT_POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; choose one of: {', '.join(ROBOT_POLICIES)}")
+    check_out_folder(out)
     chosen_categories = tuple(comma_list(categories) or CATEGORIES)
     unknown = [c for c in chosen_categories if c not in CATEGORIES]
     if unknown:
