@@ -41,6 +41,7 @@ def test_every_familys_teacher_thoughts_fill_their_slots(tmp_path: Path) -> None
     assert generated.exit_code == 0, generated.output
     made = runner.invoke(app, ["train", "traces", "--data", str(data), "--out", str(traces)])
     assert made.exit_code == 0, made.output
+    assert f"episodes: {len(FAMILIES)}/{len(FAMILIES)} (100%)" in made.output  # the progress, piped
 
     by_family = _thoughts(traces)
     assert set(by_family) == set(FAMILIES), made.output

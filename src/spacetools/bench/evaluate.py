@@ -19,11 +19,11 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import EpisodeInput, Policy, Task, Trajectory
 from spacetools.bench.dataset import Sample, read_samples
+from spacetools.bench.progress import progress_bar
 from spacetools.bench.report import write_report
 from spacetools.bench.runfolder import (
     REPORT_FILE,
@@ -292,18 +292,6 @@ def sample_row(sample: Sample, trajectory: Trajectory, question: str) -> dict[st
     }
 
 
-def _progress(console: Console | None) -> Progress | None:
-    if console is None:
-        return None
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
-
-
 def _tools(config: EvalConfig) -> Toolshed | RemoteToolshed:
     if config.toolshed_url:
         return RemoteToolshed(config.toolshed_url)
@@ -320,18 +308,17 @@ async def _run_pending(
     """Run the pending samples' episodes, appending one scored row per episode as it ends."""
     inputs = [episode_input(sample, key) for key, sample in pending.items()]
     questions = {item.task.id: item.task.question for item in inputs}
-    progress = _progress(console)
+    bar = progress_bar(console, "episodes", len(inputs), unit="ep") if console else None
     # Policy errors in a row are held back: a run stopped by them leaves their samples to the next run.
     held: list[Trajectory] = []
-    with SamplesWriter(config.out / SAMPLES_FILE) as writer, progress or contextlib.nullcontext():
-        bar = progress.add_task("episodes", total=len(inputs)) if progress else None
+    with SamplesWriter(config.out / SAMPLES_FILE) as writer, bar or contextlib.nullcontext() as advance:
 
         def write(trajectories: list[Trajectory]) -> None:
             for trajectory in trajectories:
                 row = sample_row(pending[trajectory.task_id], trajectory, questions[trajectory.task_id])
                 writer.append(row)
-                if progress is not None and bar is not None:
-                    progress.advance(bar)
+                if advance is not None:
+                    advance(1)
 
         def on_result(trajectory: Trajectory) -> None:
             if trajectory.finish_reason == "policy_error" and config.max_policy_errors:

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from spacetools.bench.dataset import parquet_files, read_samples
+from spacetools.bench.progress import progress_bar
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
 from spacetools.bench.spatialsim.draw import render_sample
@@ -63,7 +64,8 @@ def generate(
         raise typer.BadParameter(str(error), param_hint="--out") from error
     start = time.perf_counter()
     try:
-        by_family = generator.generate(n, seed, names, workers)
+        with progress_bar(console, "questions", n * len(names or FAMILIES), unit="q") as advance:
+            by_family = generator.generate(n, seed, names, workers, on_questions=advance)
     except RuntimeError as error:
         console.print(f"[red]Error:[/red] {error}")
         raise typer.Exit(1) from error

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.agent.policies import make_policy
+from spacetools.bench.progress import progress_bar
 from spacetools.cli.options import check_out_folder, comma_list, key_values, profile_option
 
 app = typer.Typer(no_args_is_help=True)
@@ -57,6 +58,9 @@ def evaluate(
         None, "--category", help="Categories, comma-separated or repeated; default all three."
     ),
     seed: int = typer.Option(0, "--seed", help="Task suite and Toolshed seed."),
+    resume: bool = typer.Option(
+        True, "--resume/--no-resume", help="Skip the episodes already in episodes.jsonl."
+    ),
     profile: str = profile_option(),
     max_turns: int = typer.Option(10, "--max-turns", min=2, help="Assistant turns per episode."),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Episodes run at once."),
@@ -87,17 +91,23 @@ def evaluate(
         for category in chosen_categories
     ]
     console.print(f"Running {len(tasks)} task(s) (seed {seed}); episodes go to {out / EPISODES_FILE} …")
-    results = asyncio.run(
-        evaluate_robot(
-            chosen,
-            tasks,
-            profile=profile,
-            seed=seed,
-            max_turns=max_turns,
-            concurrency=concurrency,
-            out_dir=out,
-        )
-    )
+    with progress_bar(console, "episodes", len(tasks), unit="ep") as advance:
+        try:
+            results = asyncio.run(
+                evaluate_robot(
+                    chosen,
+                    tasks,
+                    profile=profile,
+                    seed=seed,
+                    max_turns=max_turns,
+                    concurrency=concurrency,
+                    out_dir=out,
+                    resume=resume,
+                    on_result=lambda _: advance(1),
+                )
+            )
+        except ValueError as error:  # --out holds a run made with other settings
+            raise typer.BadParameter(str(error), param_hint="--out") from None
     table = Table("category", "episodes", "points", "success", "first motion (s)", "s / episode")
     for s in summarize(results):
         first = "–" if s.time_to_first_motion_s is None else f"{s.time_to_first_motion_s:.1f}"
