@@ -45,3 +45,18 @@ def test_the_readme_snippet_runs_as_a_script_twice(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr, done.stderr[-3000:]
     summary = json.loads((tmp_path / out[1] / "summary.json").read_text())
     assert summary["n"] == 1 and summary["policy"] == "scripted"
+
+
+def test_the_readme_calls_json_runs_on_its_scene(tmp_path: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    (block,) = re.findall(r"```json\n(.*?)```", text[text.index("`calls.json` lists") :], re.DOTALL)[:1]
+    calls = tmp_path / "calls.json"
+    calls.write_text(block, encoding="utf-8")
+    command = Path(sys.executable).with_name("spacetools")
+    arguments = ["tools", "run", "--scene", "3", "--calls", str(calls), "--profile", "exact"]
+    done = subprocess.run([str(command), *arguments], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout)
+    assert [r["is_error"] for r in results] == [False] * len(json.loads(block))
+    assert results[0]["text"].startswith("Detected 1 instance(s) of 'yellow mug'")
+    assert results[-1]["text"].startswith("Pixel value at (0.500, 0.500) is 0.794")
