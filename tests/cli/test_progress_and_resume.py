@@ -71,3 +71,10 @@ def test_robot_eval_shows_progress_and_resumes_instead_of_starting_over(tmp_path
     refused = runner.invoke(app, robot_eval(server.base_url, 3, "--seed", "1"))
     assert refused.exit_code == 2
     assert "holds a run with other settings (seed: 0 -> 1)" in " ".join(refused.output.split())
+
+    with ScriptedChatServer() as server:
+        server.script.append("<answer>I will not move.</answer>")
+        afresh = runner.invoke(app, robot_eval(server.base_url, 1, "--seed", "1", "--no-resume"))
+    assert afresh.exit_code == 0, afresh.output
+    rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [row["id"] for row in rows] == ["pick-1-0"]

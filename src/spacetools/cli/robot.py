@@ -80,8 +80,9 @@ def evaluate(
     unknown = [c for c in chosen_categories if c not in CATEGORIES]
     if unknown:
         raise typer.BadParameter(f"unknown category {unknown[0]!r}; choose from: {', '.join(CATEGORIES)}")
+    options = key_values(option)
     try:
-        chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **key_values(option))
+        chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **options)
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise typer.BadParameter(str(error), param_hint="--policy") from error
     # Built as their turn comes, categories interleaved, so a long run's first rows cover every category.
@@ -104,6 +105,7 @@ def evaluate(
                     out_dir=out,
                     resume=resume,
                     on_result=lambda _: advance(1),
+                    policy_options=options,
                 )
             )
         except ValueError as error:  # --out holds a run made with other settings

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -156,10 +157,13 @@ def _resume(out: Path, settings: dict[str, Any], resume: bool) -> dict[str, dict
     """Check and record the run's settings; the rows of the episodes already run, by task id."""
     out.mkdir(parents=True, exist_ok=True)
     episodes, run_file = out / EPISODES_FILE, out / RUN_FILE
-    if not resume:
+    if not resume:  # afresh: no episode row, and no motion picture of an earlier run left to show
         episodes.write_text("")
+        shutil.rmtree(out / "episodes", ignore_errors=True)
     elif run_file.is_file():
         previous = json.loads(run_file.read_text(encoding="utf-8"))
+        if not isinstance(previous, dict):
+            raise ValueError(f"{run_file} is not a run record; use another --out")
         changed = sorted(k for k in settings.keys() | previous.keys() if previous.get(k) != settings.get(k))
         if changed:
             described = "; ".join(f"{k}: {previous.get(k)!r} -> {settings.get(k)!r}" for k in changed)
@@ -182,18 +186,26 @@ async def evaluate_robot(
     out_dir: str | Path | None = None,
     resume: bool = True,
     on_result: Callable[[EpisodeResult], None] | None = None,
+    policy_options: dict[str, Any] | None = None,
 ) -> list[EpisodeResult]:
     """Run every task (at most `concurrency` at once), score, and write the output folder if given.
 
     A task may be given as a function that builds it: it is built when its turn comes, so a long run
     writes its first episodes early. With ``resume``, tasks whose episode the folder holds are not run
-    again (a ``ValueError`` when the folder holds a run with other settings). ``on_result`` sees each
+    again (a ``ValueError`` when the folder holds a run with other settings: policy and its
+    ``policy_options`` as recorded in ``run.json``, profile, seed, max_turns). ``on_result`` sees each
     episode as it ends, resumed ones included (a progress bar).
     """
     robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
     semaphore = asyncio.Semaphore(concurrency)
     out = Path(out_dir) if out_dir is not None else None
-    settings = {"policy": policy.name, "profile": profile, "seed": seed, "max_turns": max_turns}
+    settings = {
+        "policy": policy.name,
+        "policy_options": policy_options or {},
+        "profile": profile,
+        "seed": seed,
+        "max_turns": max_turns,
+    }
     done = _resume(out, settings, resume) if out is not None else {}
 
     async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
