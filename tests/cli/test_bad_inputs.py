@@ -33,6 +33,8 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "file.txt").write_text("a file\n")
     (root / "latin1.txt").write_bytes(b"caf\xe9 {tools}\n")
     (root / "fake.parquet").write_text("not a table\n")
+    (root / "other_run").mkdir()
+    (root / "other_run" / "run.json").write_text('{"profile": "exact"}')
     return root
 
 
@@ -108,8 +110,8 @@ CASES: list[tuple[str, Case, str]] = [
         "not a readable",
     ),
     (
-        "show-out-in-missing-folder",
-        lambda p: ["data", "show", str(p / "data"), "--index", "0", "--out", str(p / "no" / "x.png")],
+        "show-out-under-a-file",
+        lambda p: ["data", "show", str(p / "data"), "--index", "0", "--out", str(p / "file.txt" / "x.png")],
         "cannot write",
     ),
     ("calls-not-utf8", lambda p: ["tools", "run", "--scene", "1", "--calls", str(p / "latin1.txt")], "UTF-8"),
@@ -124,6 +126,22 @@ CASES: list[tuple[str, Case, str]] = [
         "'some' is not one of 'full', 'empty'",
     ),
     ("unknown-command", lambda p: ["evaluate"], "No such command 'evaluate'"),
+    (
+        "robot-out-is-a-file",
+        lambda p: ["robot", "eval", "--policy", "scripted", "--out", str(p / "file.txt")],
+        "is a file, not a folder",
+    ),
+    (
+        "resume-other-settings",
+        lambda p: eval_args(p, "--profile", "harsh", out="other_run"),
+        "holds a run with other settings (profile: 'exact' -> 'harsh')",
+    ),
+    ("generate-into-a-full-folder", lambda p: ["data", "generate", "--out", str(p), "--n", "1"], "not empty"),
+    (
+        "serve-config-twice",
+        lambda p: ["serve", "--config", str(p / "a.yaml"), "--toolset-config", str(p / "b.yaml")],
+        "give --toolset-config only",
+    ),
 ]
 
 

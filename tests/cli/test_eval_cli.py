@@ -84,5 +84,5 @@ def test_the_command_line_maps_onto_the_run_config_and_resume_names_what_changed
     assert EvalConfig.model_validate(record).rollout.max_tool_response_chars == 2048  # run.json reads back
 
     again = runner.invoke(app, [*arguments, *options[:-1], "5"])
-    assert again.exit_code == 1
+    assert again.exit_code == 2  # --out holds another run: a bad argument
     assert "other settings (seed: 4 -> 5)" in " ".join(again.output.split())

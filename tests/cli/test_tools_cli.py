@@ -99,7 +99,14 @@ def test_run_executes_a_chain_on_a_saved_scene_in_worker_processes(tmp_path: Pat
     text = json.dumps(CHAIN).replace("{name}", name).replace("{var}", name.replace(" ", "_") + "_detections")
     (tmp_path / "calls.json").write_text(text)
     command = [sys.executable, "-m", "spacetools.cli.main", "tools", "run"]
-    command += ["--scene", str(tmp_path / "scene"), "--calls", str(tmp_path / "calls.json")]
+    command += [
+        "--scene",
+        str(tmp_path / "scene"),
+        "--calls",
+        str(tmp_path / "calls.json"),
+        "--profile",
+        "exact",
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert completed.returncode == 0, completed.stderr
     results = json.loads(completed.stdout)  # stdout holds only the JSON: banners went to stderr

@@ -1,7 +1,10 @@
 """The V1 tool set's model-facing schemas match the checked-in snapshot (names, arguments, texts).
 
+The snapshot holds the tag protocol's names (`roborefer.detect_one`); `tools schemas --format openai`
+prints the same schemas with the API's names (`roborefer-detect_one`, tests/cli/test_vocabulary.py).
 After a deliberate change, regenerate the snapshot with:
-    .venv/bin/spacetools tools schemas --toolset v1 --format openai > tests/tools/v1_schemas.json
+    .venv/bin/python -c "import json; from tests.tools.test_tools_schemas import current_schemas; \
+        print(json.dumps(current_schemas(), indent=2, ensure_ascii=False))" > tests/tools/v1_schemas.json
 """
 
 from __future__ import annotations

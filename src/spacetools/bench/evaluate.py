@@ -19,11 +19,11 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import EpisodeInput, Policy, Task, Trajectory
 from spacetools.bench.dataset import Sample, read_samples
+from spacetools.bench.progress import progress_bar
 from spacetools.bench.report import write_report
 from spacetools.bench.runfolder import (
     REPORT_FILE,
@@ -48,6 +48,7 @@ __all__ = [
     "SAMPLES_FILE",
     "SUMMARY_FILE",
     "EvalConfig",
+    "PolicyErrorsError",
     "RunMismatchError",
     "evaluate",
     "evaluate_async",
@@ -62,7 +63,11 @@ THUMBNAIL_WIDTH = 320
 EVAL_CONCURRENCY = 8
 
 #: Fields that do not change what a run measures: a resumed run may differ in them.
-RESUMABLE_FIELDS = frozenset({"data", "out", "benches", "limit", "resume", "report", "system_prompt"})
+RESUMABLE_FIELDS = frozenset(
+    {"data", "out", "benches", "limit", "resume", "report", "system_prompt", "max_policy_errors"}
+)
+#: Episodes in a row ended by a policy error before a run stops (a model that cannot be reached).
+MAX_POLICY_ERRORS = 3
 
 
 class EvalConfig(BaseModel):
@@ -71,7 +76,8 @@ class EvalConfig(BaseModel):
     ``policy`` and ``policy_options`` name the policy as :func:`~spacetools.agent.policies.make_policy`
     builds it (the harness fills ``policy`` with the policy's own name). ``system_prompt`` is a template
     file; its text lands in ``rollout.system_prompt``. With ``toolshed_url`` the tools run in a Toolshed
-    server and ``toolset``, ``profile`` and ``seed`` are the server's.
+    server and ``toolset``, ``profile`` and ``seed`` are the server's. The run stops when
+    ``max_policy_errors`` episodes in a row end with a policy error (0: never).
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -89,6 +95,7 @@ class EvalConfig(BaseModel):
     system_prompt: Path | None = None
     resume: bool = True
     report: bool = True
+    max_policy_errors: Annotated[int, Field(ge=0)] = MAX_POLICY_ERRORS
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(concurrency=EVAL_CONCURRENCY))
 
     @field_validator("profile")
@@ -126,6 +133,10 @@ class EvalConfig(BaseModel):
 
 class RunMismatchError(ValueError):
     """The run folder holds a run made with other settings."""
+
+
+class PolicyErrorsError(RuntimeError):
+    """Episodes in a row ended with a policy error (the model cannot be reached, or fails every turn)."""
 
 
 def _flatten(record: dict[str, Any]) -> dict[str, Any]:
@@ -276,18 +287,6 @@ def sample_row(sample: Sample, trajectory: Trajectory, question: str) -> dict[st
     }
 
 
-def _progress(console: Console | None) -> Progress | None:
-    if console is None:
-        return None
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
-
-
 def _tools(config: EvalConfig) -> Toolshed | RemoteToolshed:
     if config.toolshed_url:
         return RemoteToolshed(config.toolshed_url)
@@ -304,16 +303,33 @@ async def _run_pending(
     """Run the pending samples' episodes, appending one scored row per episode as it ends."""
     inputs = [episode_input(sample, key) for key, sample in pending.items()]
     questions = {item.task.id: item.task.question for item in inputs}
-    progress = _progress(console)
-    with SamplesWriter(config.out / SAMPLES_FILE) as writer, progress or contextlib.nullcontext():
-        bar = progress.add_task("episodes", total=len(inputs)) if progress else None
+    bar = progress_bar(console, "episodes", len(inputs), unit="ep") if console else None
+    # Policy errors in a row are held back: a run stopped by them leaves their samples to the next run.
+    held: list[Trajectory] = []
+    with SamplesWriter(config.out / SAMPLES_FILE) as writer, bar or contextlib.nullcontext() as advance:
 
-        def write(trajectory: Trajectory) -> None:
-            writer.append(sample_row(pending[trajectory.task_id], trajectory, questions[trajectory.task_id]))
-            if progress is not None and bar is not None:
-                progress.advance(bar)
+        def write(trajectories: list[Trajectory]) -> None:
+            for trajectory in trajectories:
+                row = sample_row(pending[trajectory.task_id], trajectory, questions[trajectory.task_id])
+                writer.append(row)
+                if advance is not None:
+                    advance(1)
 
-        await run_episodes(policy, toolshed, inputs, config=config.rollout, on_result=write)
+        def on_result(trajectory: Trajectory) -> None:
+            if trajectory.finish_reason == "policy_error" and config.max_policy_errors:
+                held.append(trajectory)
+                if len(held) >= config.max_policy_errors:
+                    raise PolicyErrorsError(
+                        f"{len(held)} episodes in a row ended with a policy error, so the run stopped "
+                        f"(the last: {trajectory.error}); check the model's endpoint and rerun the same "
+                        "command to resume"
+                    )
+                return
+            write([*held, trajectory])
+            held.clear()
+
+        await run_episodes(policy, toolshed, inputs, config=config.rollout, on_result=on_result)
+        write(held)  # fewer in a row than the limit at the end: failures of the run, recorded
 
 
 async def evaluate_async(

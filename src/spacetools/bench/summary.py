@@ -215,8 +215,9 @@ def summary_table(summary: Summary) -> Table:
     """The end-of-run table, one row per benchmark, readable in an 80-column terminal."""
     table = Table(
         title=f"{summary.policy} on {summary.data} ({summary.profile} tools)",
-        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples; calls: tool calls per episode; fails: failed tool "
-        "calls in all; s/ep: seconds per episode",
+        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples; calls: tool "
+        "calls per episode; fails: failed tool calls in all; p.err: episodes ended by a policy error (model "
+        "unreachable); s/ep: seconds per episode",
         box=box.SIMPLE_HEAD,
         collapse_padding=True,
         show_edge=False,
@@ -226,7 +227,7 @@ def summary_table(summary: Summary) -> Table:
     table.add_column("score", justify="right", no_wrap=True, style="bold")
     table.add_column("95% CI", justify="right", no_wrap=True)
     table.add_column("other figures", ratio=1, min_width=12)
-    for column in ("calls", "fails", "turns", "s/ep"):
+    for column in ("calls", "fails", "p.err", "turns", "s/ep"):
         table.add_column(column, justify="right", no_wrap=True)
     for bench in summary.benchmarks.values():
         table.add_row(
@@ -237,6 +238,7 @@ def summary_table(summary: Summary) -> Table:
             other_figures(bench.metrics),
             f"{bench.tool_calls_mean:.1f}",
             str(bench.tool_failures),
+            str(bench.finish_reasons.get("policy_error", 0)),
             f"{bench.turns_mean:.1f}",
             f"{bench.wall_s_mean:.1f}",
         )

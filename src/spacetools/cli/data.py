@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from spacetools.bench.dataset import parquet_files, read_samples
+from spacetools.bench.progress import progress_bar
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
 from spacetools.bench.spatialsim.draw import render_sample
@@ -40,6 +41,9 @@ def generate(
         help=f"Families to generate, comma-separated or repeated (default all: {', '.join(FAMILIES)}).",
     ),
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: up to 2)."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Write into a folder that is not empty, replacing its SpatialSim files."
+    ),
 ) -> None:
     """Generate SpatialSim questions with ground truth into verl parquet files."""
     if n < 1:
@@ -49,16 +53,25 @@ def generate(
     if workers is not None and workers < 1:
         raise typer.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
     names = _family_list(families)
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise typer.BadParameter(
+            f"{out} is not empty; give --overwrite to replace its SpatialSim files, or another folder",
+            param_hint="--out",
+        )
     try:
         generator.prepare_output(out)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--out") from error
     start = time.perf_counter()
     try:
-        by_family = generator.generate(n, seed, names, workers)
+        with progress_bar(console, "questions", n * len(names or FAMILIES), unit="q") as advance:
+            by_family = generator.generate(n, seed, names, workers, on_questions=advance)
     except RuntimeError as error:
         console.print(f"[red]Error:[/red] {error}")
         raise typer.Exit(1) from error
+    # The folder holds this set only: files of families not generated this time would be mixed in.
+    for stale in out.glob("spatialsim_*.parquet"):
+        stale.unlink()
     generator.write_families(out, by_family)
     elapsed = time.perf_counter() - start
     console.print(balance_table(by_family, title=f"SpatialSim in {out}"))
@@ -72,7 +85,9 @@ def show(
     index: int = typer.Option(..., "--index", help="The sample's extra_info index."),
     family: str | None = typer.Option(None, "--family", help="Family to show (default: the first file's)."),
     out: Path | None = typer.Option(
-        None, "--out", help="PNG to write (default: <folder>/show_<key>_<index>.png)."
+        None,
+        "--out",
+        help="PNG to write, or a folder to write show_<key>_<index>.png into (default: the data's folder).",
     ),
 ) -> None:
     """Write a PNG of one sample with its question and ground truth drawn on the image."""
@@ -95,8 +110,13 @@ def show(
             f"no sample with index {index} in {files[0].name} ({len(samples)} rows)", param_hint="--index"
         )
     sample = matches[0]
-    target = out or (folder if folder.is_dir() else folder.parent) / f"show_{sample.data_source}_{index}.png"
+    name = f"show_{sample.data_source}_{index}.png"
+    if out is None:
+        target = (folder if folder.is_dir() else folder.parent) / name
+    else:
+        target = out / name if out.is_dir() or out.suffix == "" else out
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         render_sample(sample).save(target)
     except (OSError, ValueError) as error:  # a missing folder, a file in the way, an unknown extension
         raise typer.BadParameter(f"cannot write {target}: {error}", param_hint="--out") from None

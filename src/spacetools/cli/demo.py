@@ -12,6 +12,7 @@ from rich.console import Console
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.rollout import RolloutConfig
 from spacetools.bench.evaluate import REPORT_FILE, EvalConfig, evaluate
+from spacetools.bench.progress import progress_bar
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
 from spacetools.cli.options import check_out_folder, profile_option, seed_option
@@ -35,8 +36,8 @@ def demo(
         raise typer.BadParameter(str(error), param_hint="--out") from error
     start = time.perf_counter()
     try:
-        with console.status(f"Generating {n} questions for each of {len(FAMILIES)} families..."):
-            by_family = generator.generate(n, seed)
+        with progress_bar(console, "questions", n * len(FAMILIES), unit="q") as advance:
+            by_family = generator.generate(n, seed, on_questions=advance)
     except RuntimeError as error:
         console.print(f"[red]Error:[/red] {error}")
         raise typer.Exit(1) from error

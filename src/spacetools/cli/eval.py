@@ -15,7 +15,16 @@ from spacetools.agent.rollout import RolloutConfig
 from spacetools.agent.types import Policy
 from spacetools.bench.compare import compare_table, paired_differences, run_rows
 from spacetools.bench.dataset import parquet_files
-from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, EvalConfig, evaluate
+from spacetools.bench.evaluate import (
+    MAX_POLICY_ERRORS,
+    REPORT_FILE,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    EvalConfig,
+    PolicyErrorsError,
+    RunMismatchError,
+    evaluate,
+)
 from spacetools.bench.summary import Summary
 from spacetools.cli.options import (
     check_out_folder,
@@ -24,6 +33,7 @@ from spacetools.cli.options import (
     profile_option,
     read_text_file,
     seed_option,
+    toolset_config_option,
     toolset_deployments,
 )
 
@@ -86,6 +96,13 @@ def run(
     max_turns: int = typer.Option(8, "--max-turns", help="Assistant turns per episode."),
     seed: int = seed_option("Toolshed seed (realism draws are reproducible)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already in samples.jsonl."),
+    max_policy_errors: int = typer.Option(
+        MAX_POLICY_ERRORS,
+        "--max-policy-errors",
+        min=0,
+        help="Stop the run (exit 1) when this many episodes in a row end with a policy error, such as a "
+        "model endpoint that does not answer; 0: never stop.",
+    ),
     option: list[str] | None = typer.Option(
         None, "--option", help="Policy option key=value, repeated (e.g. model=..., base_url=...)."
     ),
@@ -104,11 +121,7 @@ def run(
         "--toolshed-url",
         help="Use a running Toolshed server (spacetools serve) instead of local tools.",
     ),
-    toolset_config: Path | None = typer.Option(
-        None,
-        "--toolset-config",
-        help="Tool-set config YAML (backends, models, devices); default: the simulated V1 tools.",
-    ),
+    toolset_config: Path | None = toolset_config_option("default: the simulated V1 tools"),
 ) -> None:
     """Evaluate a policy on benchmark samples with live tools and write a run folder."""
     if ctx.invoked_subcommand is not None:
@@ -130,13 +143,11 @@ def run(
         read_text_file(system_prompt, "--system-prompt")
     if toolset_config is not None and toolshed_url is not None:
         raise typer.BadParameter(
-            "a Toolshed server has its own tools; give --toolset-config to `spacetools serve --config`",
+            "a Toolshed server has its own tools; give the file to `spacetools serve --toolset-config`",
             param_hint="--toolset-config",
         )
     # The simulated default keeps its name in run.json, so runs made before config files still resume.
-    toolset = (
-        "v1" if toolset_config is None else toolset_deployments("v1", toolset_config, "--toolset-config")
-    )
+    toolset = "v1" if toolset_config is None else toolset_deployments("v1", toolset_config)
     options = key_values(option)
     if policy == "scripted":
         options.setdefault("max_turns", max_turns)
@@ -157,6 +168,7 @@ def run(
         toolshed_url=toolshed_url,
         system_prompt=system_prompt,
         resume=resume,
+        max_policy_errors=max_policy_errors,
         rollout=RolloutConfig(
             concurrency=concurrency, max_turns=max_turns, max_tool_response_chars=max_tool_response_chars
         ),
@@ -164,8 +176,13 @@ def run(
     chosen = _build_policy(policy, options)
     try:
         evaluate(chosen, config=config, console=console)
-    except (ValueError, ConnectionError, OSError, RuntimeError) as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+    except RunMismatchError as error:  # --out holds a run made with other settings
+        raise typer.BadParameter(str(error), param_hint="--out") from None
+    except ValueError as error:  # the data or the settings, found wanting once read
+        raise typer.BadParameter(str(error)) from None
+    except (PolicyErrorsError, ConnectionError, OSError, RuntimeError) as error:
+        # The arguments were fine but the run failed (a model or a Toolshed that does not answer).
+        typer.echo(f"Error: {error}", err=True)
         raise typer.Exit(1) from None
     console.print(
         f"Report: {out / REPORT_FILE}  (samples: {out / SAMPLES_FILE}, summary: {out / SUMMARY_FILE})"

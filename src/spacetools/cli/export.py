@@ -33,6 +33,7 @@ def verl(
         raise typer.BadParameter(f"expected an http(s) URL, got {url!r}", param_hint="--url")
     if data is not None and not data.exists():
         raise typer.BadParameter(f"{data} does not exist", param_hint="--data")
+    _warn_if_silent(url)
     from spacetools.integrations.verl.export import export_verl
 
     try:
@@ -47,3 +48,18 @@ def verl(
         f"train with     python -m verl.trainer.main_ppo $(cat {written.overrides}) {files}"
         "<your data and model>"
     )
+
+
+def _warn_if_silent(url: str) -> None:
+    """Warn (the export still runs) when no Toolshed answers at ``url``: the trainer's first tool call
+    would fail there, long after the launch."""
+    import httpx
+
+    try:
+        httpx.get(f"{url.rstrip('/')}/health", timeout=3.0).raise_for_status()
+    except httpx.HTTPError as error:
+        typer.echo(
+            f"Warning: no Toolshed answers at {url} ({type(error).__name__}: {error}); "
+            "start it with `spacetools serve` before training.",
+            err=True,
+        )

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
+from spacetools import __version__
 from spacetools.cli import data, demo, eval, export, robot, serve, tools, train
 
 
@@ -56,6 +57,23 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"spacetools {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Tool-augmented spatial reasoning: simulated data, Toolshed tools, evaluation."""
+
+
 app.add_typer(data.app, name="data", help="Generate and inspect SpatialSim benchmark sets.")
 app.add_typer(tools.app, name="tools", help="List, describe and run Toolshed tools.")
 app.add_typer(eval.app, name="eval", help="Evaluate a policy on benchmarks with live tools.")

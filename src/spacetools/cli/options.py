@@ -19,11 +19,26 @@ def _check_profile(value: str) -> str:
     return value
 
 
-def profile_option(default: str = "realistic") -> Any:
+#: The realism profile of every command that runs simulated tools (eval, serve, demo, robot eval, tools run).
+DEFAULT_PROFILE = "realistic"
+
+
+def profile_option() -> Any:
     """`--profile`: the realism profile of the simulated tools, checked before the command runs."""
     return typer.Option(
-        default, "--profile", callback=_check_profile, help=f"Tool realism: {', '.join(PROFILE_NAMES)}."
+        DEFAULT_PROFILE,
+        "--profile",
+        callback=_check_profile,
+        help=f"Tool realism: {', '.join(PROFILE_NAMES)} (every command defaults to {DEFAULT_PROFILE}).",
     )
+
+
+TOOLSET_CONFIG_HELP = "Tool-set config YAML (backends, models, devices)"
+
+
+def toolset_config_option(help: str = "overrides --toolset") -> Any:
+    """`--toolset-config`: a tool-set config YAML, the one name every command gives this file."""
+    return typer.Option(None, "--toolset-config", help=f"{TOOLSET_CONFIG_HELP}; {help}.")
 
 
 def seed_option(help: str) -> Any:
@@ -79,7 +94,7 @@ def key_values(values: list[str] | None, param_hint: str = "--option") -> dict[s
     return options
 
 
-def toolset_deployments(toolset: str, config: Path | None, config_option: str = "--config") -> Any:
+def toolset_deployments(toolset: str, config: Path | None, config_option: str = "--toolset-config") -> Any:
     """The deployments of a tool-set config file when given, else of the named tool set."""
     from spacetools.toolshed.config import load_toolset_config
     from spacetools.toolshed.toolsets import get_toolset

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.agent.policies import make_policy
-from spacetools.cli.options import comma_list, key_values, profile_option
+from spacetools.bench.progress import progress_bar
+from spacetools.cli.options import check_out_folder, comma_list, key_values, profile_option
 from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES as ROBOT_MAX_BODY_BYTES
 from spacetools.tools.robot.http_client import TOKEN_ENV as ROBOT_TOKEN_ENV
 
@@ -76,7 +77,10 @@ def evaluate(
         None, "--category", help="Categories, comma-separated or repeated; default all three."
     ),
     seed: int = typer.Option(0, "--seed", help="Task suite and Toolshed seed."),
-    profile: str = profile_option("exact"),
+    resume: bool = typer.Option(
+        True, "--resume/--no-resume", help="Skip the episodes already in episodes.jsonl."
+    ),
+    profile: str = profile_option(),
     max_turns: int = typer.Option(10, "--max-turns", min=2, help="Assistant turns per episode."),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Episodes run at once."),
     option: list[str] | None = typer.Option(
@@ -90,12 +94,14 @@ def evaluate(
 
     if policy not in ROBOT_POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; choose one of: {', '.join(ROBOT_POLICIES)}")
+    check_out_folder(out)
     chosen_categories = tuple(comma_list(categories) or CATEGORIES)
     unknown = [c for c in chosen_categories if c not in CATEGORIES]
     if unknown:
         raise typer.BadParameter(f"unknown category {unknown[0]!r}; choose from: {', '.join(CATEGORIES)}")
+    options = key_values(option)
     try:
-        chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **key_values(option))
+        chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **options)
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise typer.BadParameter(str(error), param_hint="--policy") from error
     # Built as their turn comes, categories interleaved, so a long run's first rows cover every category.
@@ -105,17 +111,24 @@ def evaluate(
         for category in chosen_categories
     ]
     console.print(f"Running {len(tasks)} task(s) (seed {seed}); episodes go to {out / EPISODES_FILE} …")
-    results = asyncio.run(
-        evaluate_robot(
-            chosen,
-            tasks,
-            profile=profile,
-            seed=seed,
-            max_turns=max_turns,
-            concurrency=concurrency,
-            out_dir=out,
-        )
-    )
+    with progress_bar(console, "episodes", len(tasks), unit="ep") as advance:
+        try:
+            results = asyncio.run(
+                evaluate_robot(
+                    chosen,
+                    tasks,
+                    profile=profile,
+                    seed=seed,
+                    max_turns=max_turns,
+                    concurrency=concurrency,
+                    out_dir=out,
+                    resume=resume,
+                    on_result=lambda _: advance(1),
+                    policy_options=options,
+                )
+            )
+        except ValueError as error:  # --out holds a run made with other settings
+            raise typer.BadParameter(str(error), param_hint="--out") from None
     table = Table("category", "episodes", "points", "success", "first motion (s)", "s / episode")
     for s in summarize(results):
         first = "–" if s.time_to_first_motion_s is None else f"{s.time_to_first_motion_s:.1f}"

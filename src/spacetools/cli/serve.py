@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import typer
 from pydantic import ValidationError
 
-from spacetools.cli.options import profile_option, toolset_deployments
+from spacetools.cli.options import TOOLSET_CONFIG_HELP, profile_option, toolset_deployments
 from spacetools.toolshed import Toolshed
 from spacetools.toolshed.limits import TOKEN_ENV, ServerLimits
 from spacetools.toolshed.toolsets import TOOLSET_NAMES, on_backend
@@ -20,11 +20,11 @@ MCP_TRANSPORTS = ("stdio", "streamable-http")
 
 def serve(
     toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config", help="Tool-set config YAML (backends, models, devices); overrides --toolset."
-        ),
+    toolset_config: Annotated[
+        Path | None, typer.Option("--toolset-config", help=f"{TOOLSET_CONFIG_HELP}; overrides --toolset.")
+    ] = None,
+    old_config: Annotated[
+        Path | None, typer.Option("--config", hidden=True, help="The old name of --toolset-config.")
     ] = None,
     host: Annotated[
         str, typer.Option(help="Address to listen on (anything but loopback requires --token).")
@@ -86,7 +86,16 @@ def serve(
     With `--mcp`, serve it to MCP clients instead, over stdio (a client starts the server) or
     streamable HTTP.
     """
-    deployments = toolset_deployments(toolset, config)
+    if old_config is not None:  # kept for one release, so scripts written for it keep working
+        if toolset_config is not None:
+            raise typer.BadParameter(
+                "give --toolset-config only (--config is its old name)", param_hint="--config"
+            )
+        typer.echo(
+            "Warning: --config is now --toolset-config; the old name goes in the next release.", err=True
+        )
+        toolset_config = old_config
+    deployments = toolset_deployments(toolset, toolset_config)
     if mcp_transport not in MCP_TRANSPORTS:
         raise typer.BadParameter(
             f"{mcp_transport!r} is not one of {', '.join(MCP_TRANSPORTS)}", param_hint="--mcp-transport"

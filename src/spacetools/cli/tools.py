@@ -16,8 +16,15 @@ import typer
 from rich.console import Console
 from rich.padding import Padding
 
-from spacetools.cli.options import profile_option, read_text_file, seed_option, toolset_deployments
+from spacetools.cli.options import (
+    profile_option,
+    read_text_file,
+    seed_option,
+    toolset_config_option,
+    toolset_deployments,
+)
 from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
+from spacetools.tools.function_names import FunctionNames
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.toolsets import TOOLSET_NAMES
 
@@ -28,16 +35,8 @@ SCHEMA_FORMATS = ("openai", "hermes")
 
 
 def _deployments(toolset: str, config: Path | None = None) -> list[ToolDeployment]:
-    deployments: list[ToolDeployment] = toolset_deployments(toolset, config, "--toolset-config")
+    deployments: list[ToolDeployment] = toolset_deployments(toolset, config)
     return deployments
-
-
-def _config_option() -> Any:
-    return typer.Option(
-        None,
-        "--toolset-config",
-        help="Tool-set config YAML (backends, models, devices); overrides --toolset.",
-    )
 
 
 def _specs(deployments: list[ToolDeployment]) -> list[ToolSpec]:
@@ -47,7 +46,7 @@ def _specs(deployments: list[ToolDeployment]) -> list[ToolSpec]:
 @app.command("list")
 def list_tools(
     toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
-    toolset_config: Path | None = _config_option(),
+    toolset_config: Path | None = toolset_config_option(),
 ) -> None:
     """List the tool methods of a tool set with their arguments and how they are served."""
     deployments = _deployments(toolset, toolset_config)
@@ -71,8 +70,10 @@ def schemas(
     output_format: str = typer.Option(
         "openai",
         "--format",
-        help="openai: a JSON array of function schemas; hermes: the <tools> prompt block.",
+        help="openai: a JSON array of function schemas, named as function-calling APIs accept (`.` is "
+        "`-`, as in native mode and MCP); hermes: the <tools> prompt block (the tag protocol's names).",
     ),
+    toolset_config: Path | None = toolset_config_option(),
 ) -> None:
     """Print the model-facing schemas of a tool set."""
     if output_format not in SCHEMA_FORMATS:
@@ -80,9 +81,13 @@ def schemas(
             f"unknown format {output_format!r}; choose one of: {', '.join(SCHEMA_FORMATS)}",
             param_hint="--format",
         )
-    specs = _specs(_deployments(toolset))
+    specs = _specs(_deployments(toolset, toolset_config))
     if output_format == "openai":
-        typer.echo(json.dumps([spec.to_openai() for spec in specs], indent=2, ensure_ascii=False))
+        names = FunctionNames(spec.name for spec in specs)
+        schemas = [spec.to_openai() for spec in specs]
+        for schema in schemas:
+            schema["function"]["name"] = names.to_wire(schema["function"]["name"])
+        typer.echo(json.dumps(schemas, indent=2, ensure_ascii=False))
     else:
         typer.echo(hermes_tools_block(specs))
 
@@ -197,9 +202,9 @@ def run(
     image_path: Path | None = typer.Option(
         None, "--image", help="A photo (PNG, JPEG, …) for real backends (see --toolset-config)."
     ),
-    profile: str = profile_option("exact"),
+    profile: str = profile_option(),
     toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
-    toolset_config: Path | None = _config_option(),
+    toolset_config: Path | None = toolset_config_option(),
     seed: int = seed_option("Toolshed seed (the same seed gives the same results)."),
 ) -> None:
     """Run tool calls in order in one session on a simulated scene or a photo; print the results as JSON."""

@@ -56,13 +56,14 @@ def traces(
 
     check_out_folder(out.parent)
     settings = _config(TracesConfig, config, data=data, out=out, teacher=teacher, limit=limit)
-    counts = _run(lambda: collect_traces(settings))
+    console = Console()
+    counts = _run(lambda: collect_traces(settings, console=console))
     table = Table("family", "kept", "wrong", "fallback guess", "no answer", "error", title=f"traces: {out}")
     for family, count in counts.items():
         table.add_row(
             family, *(str(count.get(k, 0)) for k in ("kept", "wrong", "fallback guess", "no answer", "error"))
         )
-    Console().print(table)
+    console.print(table)
 
 
 @app.command()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 
 from spacetools.agent.policies import make_policy
 from spacetools.agent.policies.scripted import is_fallback
@@ -26,6 +27,7 @@ from spacetools.agent.protocol import without_thoughts
 from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
+from spacetools.bench.progress import progress_bar
 from spacetools.rewards.benchmarks import benchmark
 from spacetools.tools import imagecodec
 from spacetools.toolshed import ToolProvider
@@ -85,11 +87,15 @@ def trace_row(trajectory: Trajectory, teacher: str) -> dict[str, Any]:
 
 
 async def collect_traces_async(
-    config: TracesConfig, policy: Policy | None = None, tools: ToolProvider | None = None
+    config: TracesConfig,
+    policy: Policy | None = None,
+    tools: ToolProvider | None = None,
+    console: Console | None = None,
 ) -> dict[str, dict[str, int]]:
     """Run the teacher and write the kept episodes to `config.out`; returns counts per family and outcome.
 
-    `tools`: a started Toolshed (or client) to call instead of the one the config describes.
+    `tools`: a started Toolshed (or client) to call instead of the one the config describes. A console
+    shows a progress bar.
     """
     samples = load_samples(config.data, config.benches, config.limit)
     teacher = policy or teacher_policy(config)
@@ -105,7 +111,14 @@ async def collect_traces_async(
         if policy is None and close is not None:  # a teacher made here stops its model's tasks here
             stack.push_async_callback(close)
         provider = tools if tools is not None else await stack.enter_async_context(tool_provider(config))
-        trajectories = await run_episodes(teacher, provider, inputs, config=rollout)
+        advance = (
+            stack.enter_context(progress_bar(console, "episodes", len(inputs), unit="ep"))
+            if console
+            else None
+        )
+        trajectories = await run_episodes(
+            teacher, provider, inputs, config=rollout, on_result=(lambda _: advance(1)) if advance else None
+        )
     counts: dict[str, Counter[str]] = {}
     config.out.parent.mkdir(parents=True, exist_ok=True)
     with config.out.open("w", encoding="utf-8") as handle:
@@ -117,8 +130,10 @@ async def collect_traces_async(
     return {family: dict(counter) for family, counter in sorted(counts.items())}
 
 
-def collect_traces(config: TracesConfig, policy: Policy | None = None) -> dict[str, dict[str, int]]:
-    return asyncio.run(collect_traces_async(config, policy))
+def collect_traces(
+    config: TracesConfig, policy: Policy | None = None, console: Console | None = None
+) -> dict[str, dict[str, int]]:
+    return asyncio.run(collect_traces_async(config, policy, console=console))
 
 
 def mix_traces(

@@ -2,14 +2,18 @@
 
 The V1 tools run as usual; the robot tool runs in this process over a `SimulatedRobots` pool, so
 that after each episode the evaluation can read the world it left behind (the truth never goes
-through the tools). Output folder: `episodes.jsonl` (one row per episode: task, outcome, timing,
-trajectory), `summary.json` (per category), `report.html` and per-episode motion frames.
+through the tools). Output folder: `run.json` (the settings), `episodes.jsonl` (one row per episode:
+task, outcome, timing, trajectory), `summary.json` (per category), `report.html` and per-episode motion
+frames. Re-running into the same folder resumes as `spacetools eval` does: episodes already in
+`episodes.jsonl` are not run again (a row torn by a kill is dropped), and a folder made with other
+settings is refused with the differing ones named.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,6 +24,7 @@ from spacetools.agent.rollout import run_episode
 from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.robot.checks import Outcome, check
 from spacetools.bench.robot.tasks import CATEGORIES, RobotTask
+from spacetools.bench.runfolder import read_rows, repair_samples
 from spacetools.tools.robot.simulated import SimulatedRobots
 from spacetools.tools.robot.tool import RobotTool
 from spacetools.toolshed import ToolDeployment, Toolshed
@@ -27,6 +32,7 @@ from spacetools.toolshed.toolsets import V1
 
 EPISODES_FILE = "episodes.jsonl"
 SUMMARY_FILE = "summary.json"
+RUN_FILE = "run.json"
 DEFAULT_MAX_TURNS = 10
 
 
@@ -61,6 +67,19 @@ class EpisodeResult:
             "step_wall_s": self.step_wall_s,
             "trajectory": self.trajectory.to_dict(),
         }
+
+    @classmethod
+    def from_row(cls, task: RobotTask, row: dict[str, Any]) -> EpisodeResult:
+        """The result an earlier run wrote as ``row`` (its motion frames are in its episode folder)."""
+        return cls(
+            task=task,
+            outcome=Outcome(picked=row["picked"], placed=row["placed"], reason=row["reason"]),
+            trajectory=Trajectory.from_dict(row["trajectory"]),
+            time_to_first_motion_s=row["time_to_first_motion_s"],
+            wall_s=row["wall_s"],
+            sim_steps=row["sim_steps"],
+            step_wall_s=row["step_wall_s"],
+        )
 
 
 @dataclass
@@ -134,6 +153,28 @@ async def run_robot_episode(
     return result
 
 
+def _resume(out: Path, settings: dict[str, Any], resume: bool) -> dict[str, dict[str, Any]]:
+    """Check and record the run's settings; the rows of the episodes already run, by task id."""
+    out.mkdir(parents=True, exist_ok=True)
+    episodes, run_file = out / EPISODES_FILE, out / RUN_FILE
+    if not resume:  # afresh: no episode row, and no motion picture of an earlier run left to show
+        episodes.write_text("")
+        shutil.rmtree(out / "episodes", ignore_errors=True)
+    elif run_file.is_file():
+        previous = json.loads(run_file.read_text(encoding="utf-8"))
+        if not isinstance(previous, dict):
+            raise ValueError(f"{run_file} is not a run record; use another --out")
+        changed = sorted(k for k in settings.keys() | previous.keys() if previous.get(k) != settings.get(k))
+        if changed:
+            described = "; ".join(f"{k}: {previous.get(k)!r} -> {settings.get(k)!r}" for k in changed)
+            raise ValueError(f"{out} holds a run with other settings ({described}); use another --out")
+    elif episodes.is_file() and episodes.stat().st_size:
+        raise ValueError(f"{out} holds episodes of a run without run.json; use another --out")
+    repair_samples(episodes)
+    run_file.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return {row["id"]: row for row in read_rows(episodes)}
+
+
 async def evaluate_robot(
     policy: Policy,
     tasks: Sequence[RobotTask | Callable[[], RobotTask]],
@@ -143,18 +184,29 @@ async def evaluate_robot(
     max_turns: int = DEFAULT_MAX_TURNS,
     concurrency: int = 1,
     out_dir: str | Path | None = None,
+    resume: bool = True,
+    on_result: Callable[[EpisodeResult], None] | None = None,
+    policy_options: dict[str, Any] | None = None,
 ) -> list[EpisodeResult]:
     """Run every task (at most `concurrency` at once), score, and write the output folder if given.
 
     A task may be given as a function that builds it: it is built when its turn comes, so a long run
-    writes its first episodes early.
+    writes its first episodes early. With ``resume``, tasks whose episode the folder holds are not run
+    again (a ``ValueError`` when the folder holds a run with other settings: policy and its
+    ``policy_options`` as recorded in ``run.json``, profile, seed, max_turns). ``on_result`` sees each
+    episode as it ends, resumed ones included (a progress bar).
     """
     robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
     semaphore = asyncio.Semaphore(concurrency)
     out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / EPISODES_FILE).write_text("")
+    settings = {
+        "policy": policy.name,
+        "policy_options": policy_options or {},
+        "profile": profile,
+        "seed": seed,
+        "max_turns": max_turns,
+    }
+    done = _resume(out, settings, resume) if out is not None else {}
 
     async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
 
@@ -165,10 +217,15 @@ async def evaluate_robot(
                     if isinstance(task_or_builder, RobotTask)
                     else await asyncio.to_thread(task_or_builder)
                 )
-                result = await run_robot_episode(policy, toolshed, robots, task, max_turns, seed)
-            if out is not None:
-                with (out / EPISODES_FILE).open("a") as stream:
-                    stream.write(json.dumps(result.row()) + "\n")
+                if task.id in done:
+                    result = EpisodeResult.from_row(task, done[task.id])
+                else:
+                    result = await run_robot_episode(policy, toolshed, robots, task, max_turns, seed)
+                    if out is not None:
+                        with (out / EPISODES_FILE).open("a") as stream:
+                            stream.write(json.dumps(result.row()) + "\n")
+            if on_result is not None:
+                on_result(result)
             return result
 
         try:

@@ -90,6 +90,7 @@ def write_robot_report(results: list[EpisodeResult], out_dir: str | Path) -> Pat
         if strip is not None:
             strip.save(folder / "strip.png")
             write_animation(result.frames, folder / "motion.gif")
+        if (folder / "strip.png").is_file():  # written now, or by the run a resumed episode came from
             pictures += f'<img src="episodes/{result.task.id}/motion.gif" alt="motion">'
             pictures += (
                 f'<br><img class="strip" src="episodes/{result.task.id}/strip.png" alt="motion frames">'

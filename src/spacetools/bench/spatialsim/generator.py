@@ -192,9 +192,14 @@ def default_workers() -> int:
 
 
 def generate(
-    n: int, seed: int = 0, families: Sequence[str] | None = None, workers: int | None = None
+    n: int,
+    seed: int = 0,
+    families: Sequence[str] | None = None,
+    workers: int | None = None,
+    on_questions: Callable[[int], None] | None = None,
 ) -> dict[str, list[Sample]]:
-    """`n` questions per family, in index order; `workers > 1` spreads scenes over processes."""
+    """`n` questions per family, in index order; `workers > 1` spreads scenes over processes.
+    `on_questions(count)` hears of each scene's questions as they are done (a progress bar)."""
     if n < 1:
         raise ValueError(f"n must be a positive number of questions per family, got {n}")
     names = check_families(families)
@@ -202,12 +207,20 @@ def generate(
     jobs = [(seed, name, group, min(per, n - group * per)) for name in names for group in range(-(-n // per))]
     workers = default_workers() if workers is None else workers
     if workers <= 1 or len(jobs) == 1:
-        groups = [_generate_job(job) for job in jobs]
+        groups = []
+        for job in jobs:
+            groups.append(_generate_job(job))
+            if on_questions is not None:
+                on_questions(len(groups[-1]))
     else:
         # fork: workers start at once and callers need no `if __name__ == "__main__"` guard; each worker
         # opens its own pybullet client, so nothing live is shared with the parent.
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            groups = list(pool.map(_generate_job, jobs))
+            groups = []
+            for group_samples in pool.map(_generate_job, jobs):  # in job order, each as it is done
+                groups.append(group_samples)
+                if on_questions is not None:
+                    on_questions(len(group_samples))
     by_family: dict[str, list[Sample]] = {name: [] for name in names}
     for (_, name, _, _), group_samples in zip(jobs, groups, strict=True):
         by_family[name].extend(group_samples)

@@ -28,6 +28,7 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from spacetools.tools.definition import (
@@ -47,6 +48,12 @@ __all__ = ["ProcessInstance", "worker_context"]
 _context: multiprocessing.context.BaseContext | None = None
 #: The method name of a session release sent to a worker (no tool method starts with "__").
 _RELEASE_SESSION = "__release_session__"
+#: One worker starts at a time while the main script is hidden (see `_main_script_hidden`).
+_START_LOCK = threading.Lock()
+_GUARD_HINT = (
+    "; a worker re-runs the main script when a tool is defined in it: put the script's work under "
+    '`if __name__ == "__main__":`'
+)
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
@@ -60,6 +67,34 @@ def worker_context() -> multiprocessing.context.BaseContext:
         else:
             _context = multiprocessing.get_context("spawn")
     return _context
+
+
+def _module_of(tool: type[Tool] | str) -> str:
+    return tool.__module__ if isinstance(tool, type) else tool.partition(":")[0]
+
+
+@contextlib.contextmanager
+def _main_script_hidden(tool: type[Tool] | str) -> Iterator[None]:
+    """Start a worker without running the user's main script again in it.
+
+    A spawned or forkserver worker imports ``__main__`` again (as ``__mp_main__``) before it takes its
+    target, so a script without an ``if __name__ == "__main__":`` guard would run all its work again in
+    every worker (and fail there). The worker needs nothing of ``__main__``: its target lives here and
+    its tool is found by module. So the main module's file and spec are hidden while the worker starts,
+    unless the tool class itself is defined in ``__main__``.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or _module_of(tool) == "__main__":
+        yield
+        return
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None  # multiprocessing reads it directly: None, not absent
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
 
 
 class _WorkerExited(Exception):
@@ -103,7 +138,7 @@ class ProcessInstance:
             name=f"toolshed-{self._name}",
             daemon=True,
         )
-        await asyncio.to_thread(self._process.start)
+        await asyncio.to_thread(self._start_process, self._process)
         child_conn.close()  # only the worker holds its end, so its death reads as end of file here
         self._conn = parent_conn
         self._loop = asyncio.get_running_loop()
@@ -115,7 +150,8 @@ class ProcessInstance:
         except _WorkerExited:
             await self.kill()
             code = self._process.exitcode if self._process is not None else None
-            raise RuntimeError(f"{self._name} worker exited during setup (exit code {code})") from None
+            hint = _GUARD_HINT if _module_of(self._tool_ref) == "__main__" else ""
+            raise RuntimeError(f"{self._name} worker exited during setup (exit code {code}){hint}") from None
         except asyncio.TimeoutError:
             await self.kill()
             raise SetupFailed(
@@ -124,6 +160,10 @@ class ProcessInstance:
         if status != "ready":
             await self.kill()
             raise SetupFailed(f"{self._name} setup failed: {detail}")
+
+    def _start_process(self, process: multiprocessing.process.BaseProcess) -> None:
+        with _START_LOCK, _main_script_hidden(self._tool_ref):
+            process.start()
 
     async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Send one call to the worker and wait for its result."""

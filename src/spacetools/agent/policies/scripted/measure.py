@@ -166,8 +166,10 @@ def locate(
     ``extra`` calls. (The second model rather than roborefer again: the Toolshed seeds a call's
     randomness from its name and arguments, so a simulated failure repeats with the same call.)
     """
-    listed = " and ".join(f"the {n}" for n in names)
-    thought = f"I need to find {listed} in the image" + (" and measure the scene's depth." if extra else ".")
+    # Each part only when it has a subject: BLINK depth locates no names, only measures the depth.
+    aims = [f"find {' and '.join(f'the {n}' for n in names)} in the image"] if names else []
+    aims += ["measure the scene's depth"] if extra else []
+    thought = f"I need to {' and '.join(aims)}."
     results = replay.call(thought, *(detect(n) for n in names), *extra)
     points = [first_point(r) for r in results[: len(names)]]
     extras = results[len(names) :]
