@@ -18,6 +18,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from spacetools.bench.runfolder import unique_rows
 from spacetools.rewards import BENCHMARKS, aggregate
 
 
@@ -124,9 +125,10 @@ def summarize_benchmark(key: str, rows: Sequence[dict[str, Any]]) -> BenchmarkSu
 def summarize(
     rows: Iterable[dict[str, Any]], *, policy: str, profile: str, data: str, run_wall_s: float = 0.0
 ) -> Summary:
-    """Group rows by data source (in first-seen order) and summarize each benchmark."""
+    """Group rows by data source (in first-seen order) and summarize each benchmark; a sample id counts
+    once (its first row), however many rows a run folder holds for it."""
     grouped: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
+    for row in unique_rows(rows):
         grouped.setdefault(row["data_source"], []).append(row)
     benchmarks = {key: summarize_benchmark(key, group) for key, group in grouped.items()}
     return Summary(

@@ -15,6 +15,7 @@ from spacetools.agent.rollout import RolloutConfig
 from spacetools.agent.types import Policy
 from spacetools.bench.dataset import parquet_files
 from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, EvalConfig, evaluate
+from spacetools.bench.runlock import RunFolderBusyError
 from spacetools.bench.summary import Summary, compare_table
 from spacetools.cli.options import (
     check_out_folder,
@@ -163,6 +164,8 @@ def run(
     chosen = _build_policy(policy, options)
     try:
         evaluate(chosen, config=config, console=console)
+    except RunFolderBusyError as error:
+        raise typer.BadParameter(str(error), param_hint="--out") from None
     except (ValueError, ConnectionError, OSError, RuntimeError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None

@@ -68,6 +68,7 @@ def evaluate(
     from spacetools.bench.robot.evaluate import EPISODES_FILE, evaluate_robot, summarize
     from spacetools.bench.robot.report import REPORT_FILE
     from spacetools.bench.robot.tasks import CATEGORIES, make_task
+    from spacetools.bench.runlock import RunFolderBusyError
 
     if policy not in ROBOT_POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; choose one of: {', '.join(ROBOT_POLICIES)}")
@@ -86,17 +87,20 @@ def evaluate(
         for category in chosen_categories
     ]
     console.print(f"Running {len(tasks)} task(s) (seed {seed}); episodes go to {out / EPISODES_FILE} …")
-    results = asyncio.run(
-        evaluate_robot(
-            chosen,
-            tasks,
-            profile=profile,
-            seed=seed,
-            max_turns=max_turns,
-            concurrency=concurrency,
-            out_dir=out,
+    try:
+        results = asyncio.run(
+            evaluate_robot(
+                chosen,
+                tasks,
+                profile=profile,
+                seed=seed,
+                max_turns=max_turns,
+                concurrency=concurrency,
+                out_dir=out,
+            )
         )
-    )
+    except (RunFolderBusyError, NotADirectoryError) as error:  # another run holds --out; or it is a file
+        raise typer.BadParameter(str(error), param_hint="--out") from None
     table = Table("category", "episodes", "points", "success", "first motion (s)", "s / episode")
     for s in summarize(results):
         first = "–" if s.time_to_first_motion_s is None else f"{s.time_to_first_motion_s:.1f}"

@@ -7,6 +7,7 @@ and rerunning the same command into the same folder continues the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from spacetools.bench.runlock import run_folder_lock
 from spacetools.cli.options import check_out_folder
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
@@ -107,7 +109,9 @@ def sft(
     from spacetools.train.sft import train_sft
 
     settings = _config(SFTConfig, config, model=model, data=data, out=check_out_folder(out))
-    with StageMonitor("sft", settings.out / "tensorboard", Console()) as progress:
+    with contextlib.ExitStack() as held:
+        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before TensorBoard writes there
+        progress = held.enter_context(StageMonitor("sft", settings.out / "tensorboard", Console()))
         trained = _run(lambda: train_sft(settings, progress=progress))
     typer.echo(f"trained model: {trained}")
 
@@ -129,7 +133,9 @@ def grpo(
     settings = _config(
         GRPOConfig, config, model=model, data=data, out=check_out_folder(out), toolshed_url=toolshed_url
     )
-    with StageMonitor("grpo", settings.out / "tensorboard", Console()) as progress:
+    with contextlib.ExitStack() as held:
+        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before TensorBoard writes there
+        progress = held.enter_context(StageMonitor("grpo", settings.out / "tensorboard", Console()))
         trained = _run(lambda: train_grpo(settings, progress=progress))
     typer.echo(f"trained model: {trained}")
 

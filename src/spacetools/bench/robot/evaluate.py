@@ -20,6 +20,7 @@ from spacetools.agent.rollout import run_episode
 from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.robot.checks import Outcome, check
 from spacetools.bench.robot.tasks import CATEGORIES, RobotTask
+from spacetools.bench.runlock import run_folder_lock
 from spacetools.tools.robot.simulated import SimulatedRobots
 from spacetools.tools.robot.tool import RobotTool
 from spacetools.toolshed import ToolDeployment, Toolshed
@@ -147,13 +148,26 @@ async def evaluate_robot(
     """Run every task (at most `concurrency` at once), score, and write the output folder if given.
 
     A task may be given as a function that builds it: it is built when its turn comes, so a long run
-    writes its first episodes early.
+    writes its first episodes early. The output folder is held for the run (one writer per folder).
     """
+    if out_dir is None:
+        return await _evaluate_robot(policy, tasks, profile, seed, max_turns, concurrency, None)
+    with run_folder_lock(out_dir) as out:
+        return await _evaluate_robot(policy, tasks, profile, seed, max_turns, concurrency, out)
+
+
+async def _evaluate_robot(
+    policy: Policy,
+    tasks: Sequence[RobotTask | Callable[[], RobotTask]],
+    profile: str,
+    seed: int,
+    max_turns: int,
+    concurrency: int,
+    out: Path | None,
+) -> list[EpisodeResult]:
     robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
     semaphore = asyncio.Semaphore(concurrency)
-    out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         (out / EPISODES_FILE).write_text("")
 
     async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
