@@ -18,6 +18,7 @@ from spacetools.bench.evaluate import REPORT_FILE, SAMPLES_FILE, SUMMARY_FILE, E
 from spacetools.bench.runlock import RunFolderBusyError
 from spacetools.bench.summary import Summary, compare_table
 from spacetools.cli.options import (
+    check_device,
     check_out_folder,
     comma_list,
     key_values,
@@ -51,6 +52,8 @@ def _check_url(url: str | None) -> None:
 
 
 def _build_policy(name: str, options: dict[str, Any]) -> Policy:
+    if "device" in options:  # before a model loads onto a device this machine lacks
+        check_device(str(options["device"]), "--option")
     try:
         return make_policy(name, **options)
     except (ValueError, TypeError, OSError, ImportError) as error:  # a missing file or folder, no torch

@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from spacetools.toolshed.safeyaml import load_yaml
 
 Config = TypeVar("Config", bound=BaseModel)
 CONFIG_FILE = "config.json"
@@ -46,7 +47,7 @@ def load_config(cls: type[Config], path: str | Path | None = None, **overrides: 
     """A config from a YAML file (optional) with keyword overrides on top; pydantic says what is wrong."""
     values: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        loaded = load_yaml(Path(path).read_text(encoding="utf-8"), str(path)) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
         values.update(loaded)
