@@ -33,7 +33,9 @@ from spacetools.bench.runfolder import (
     SamplesWriter,
     read_rows,
     repair_samples,
+    unique_rows,
 )
+from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.rewards import compute_score
 from spacetools.tools import imagecodec
@@ -176,10 +178,9 @@ def check_resume(out: Path, config: EvalConfig) -> None:
 
 
 def _prepare_folder(config: EvalConfig, console: Console | None) -> None:
-    """Make the run folder (checking resume, or starting afresh) and write ``run.json``."""
+    """Check a resumed run folder (or start it afresh) and write ``run.json``; the folder exists and this
+    run holds its lock."""
     out = config.out
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"--out {out} is a file, not a folder")
     if config.resume:
         check_resume(out, config)
         repaired = repair_samples(out / SAMPLES_FILE)
@@ -189,10 +190,6 @@ def _prepare_folder(config: EvalConfig, console: Console | None) -> None:
                 console.print(f"[yellow]note:[/yellow] {repaired}", highlight=False)
     else:
         (out / SAMPLES_FILE).unlink(missing_ok=True)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise NotADirectoryError(f"--out {out}: a part of the path is a file, not a folder") from None
     (out / RUN_FILE).write_text(json.dumps(config.run_record(), indent=2) + "\n", encoding="utf-8")
 
 
@@ -360,6 +357,13 @@ async def evaluate_async(
     if on_start is not None:
         on_start(config)
     samples = load_samples(config.data, config.benches, config.limit)
+    with run_folder_lock(config.out):  # one writer per run folder, for the whole run
+        return await _evaluate_in_folder(policy, samples, config, console)
+
+
+async def _evaluate_in_folder(
+    policy: Policy, samples: dict[str, Sample], config: EvalConfig, console: Console | None
+) -> Summary:
     _prepare_folder(config, console)
     samples_file = config.out / SAMPLES_FILE
     done = {row.get("id") for row in read_rows(samples_file)}
@@ -372,7 +376,7 @@ async def evaluate_async(
             await _run_pending(policy, toolshed, pending, config, console)
     run_wall_s = loop.time() - started
 
-    rows = [row for row in read_rows(samples_file) if row.get("id") in samples]
+    rows = [row for row in unique_rows(read_rows(samples_file)) if row.get("id") in samples]
     summary = summarize(
         rows, policy=policy.name, profile=config.profile, data=str(config.data), run_wall_s=run_wall_s
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -91,6 +92,18 @@ def _is_row(line: bytes) -> bool:
         return isinstance(json.loads(line), dict)
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         return False
+
+
+def unique_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first row of each sample id (a folder that two runs once wrote into holds some twice)."""
+    seen: set[Any] = set()
+    kept = []
+    for row in rows:
+        key = row.get("id")
+        if key is None or key not in seen:
+            seen.add(key)
+            kept.append(row)
+    return kept
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from rich import box
 from rich.table import Table
 
 from spacetools.bench import bootstrap
+from spacetools.bench.runfolder import unique_rows
 from spacetools.rewards import BENCHMARKS, aggregate
 
 
@@ -155,9 +156,10 @@ def summarize(
     run_wall_s: float = 0.0,
     resamples: int = bootstrap.RESAMPLES,
 ) -> Summary:
-    """Group rows by data source (in first-seen order) and summarize each benchmark."""
+    """Group rows by data source (in first-seen order) and summarize each benchmark; a sample id counts
+    once (its first row), however many rows a run folder holds for it."""
     grouped: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
+    for row in unique_rows(rows):
         grouped.setdefault(row["data_source"], []).append(row)
     benchmarks = {key: summarize_benchmark(key, group, resamples=resamples) for key, group in grouped.items()}
     return Summary(

@@ -25,8 +25,10 @@ from spacetools.bench.evaluate import (
     RunMismatchError,
     evaluate,
 )
+from spacetools.bench.runlock import RunFolderBusyError
 from spacetools.bench.summary import Summary
 from spacetools.cli.options import (
+    check_device,
     check_out_folder,
     comma_list,
     key_values,
@@ -61,6 +63,8 @@ def _check_url(url: str | None) -> None:
 
 
 def _build_policy(name: str, options: dict[str, Any]) -> Policy:
+    if "device" in options:  # before a model loads onto a device this machine lacks
+        check_device(str(options["device"]), "--option")
     try:
         return make_policy(name, **options)
     except (ValueError, TypeError, OSError, ImportError) as error:  # a missing file or folder, no torch
@@ -176,7 +180,7 @@ def run(
     chosen = _build_policy(policy, options)
     try:
         evaluate(chosen, config=config, console=console)
-    except RunMismatchError as error:  # --out holds a run made with other settings
+    except (RunMismatchError, RunFolderBusyError) as error:  # --out holds another run, or one in progress
         raise typer.BadParameter(str(error), param_hint="--out") from None
     except ValueError as error:  # the data or the settings, found wanting once read
         raise typer.BadParameter(str(error)) from None

@@ -108,3 +108,31 @@ def toolset_deployments(toolset: str, config: Path | None, config_option: str = 
         return get_toolset(toolset)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--toolset") from None
+
+
+def check_device(device: str, param_hint: str) -> str:
+    """A torch device present on this machine (checked before any model loads), or one clear line."""
+    from spacetools.tools.models.runtime import torch_device
+
+    try:
+        torch_device(device)
+    except RuntimeError as error:  # CUDA absent, too few GPUs, or not a device name at all
+        raise typer.BadParameter(" ".join(str(error).split()), param_hint=param_hint) from None
+    return device
+
+
+def check_model_folder(path: Path, param_hint: str) -> Path:
+    """A saved model's folder: its ``config.json`` must be a JSON object (an empty or cut-short one would
+    fail deep inside transformers)."""
+    config = path / "config.json"
+    try:
+        settings = json.loads(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise typer.BadParameter(
+            f"{path} has no config.json (is it a saved model?)", param_hint=param_hint
+        ) from None
+    except (OSError, ValueError) as error:  # JSONDecodeError, UnicodeDecodeError
+        raise typer.BadParameter(f"{config} is not a model config ({error})", param_hint=param_hint) from None
+    if not isinstance(settings, dict):
+        raise typer.BadParameter(f"{config} is not a model config (not a JSON object)", param_hint=param_hint)
+    return path

@@ -91,6 +91,7 @@ def evaluate(
     from spacetools.bench.robot.evaluate import EPISODES_FILE, evaluate_robot, summarize
     from spacetools.bench.robot.report import REPORT_FILE
     from spacetools.bench.robot.tasks import CATEGORIES, make_task
+    from spacetools.bench.runlock import RunFolderBusyError
 
     if policy not in ROBOT_POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; choose one of: {', '.join(ROBOT_POLICIES)}")
@@ -127,7 +128,8 @@ def evaluate(
                     policy_options=options,
                 )
             )
-        except ValueError as error:  # --out holds a run made with other settings
+        except (ValueError, RunFolderBusyError, NotADirectoryError) as error:
+            # --out holds a run with other settings, a run in progress, or it is a file
             raise typer.BadParameter(str(error), param_hint="--out") from None
     table = Table("category", "episodes", "points", "success", "first motion (s)", "s / episode")
     for s in summarize(results):

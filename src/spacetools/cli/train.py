@@ -7,6 +7,7 @@ and rerunning the same command into the same folder continues the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from spacetools.cli.options import check_out_folder
+from spacetools.bench.runlock import run_folder_lock
+from spacetools.cli.options import check_device, check_model_folder, check_out_folder
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
@@ -34,6 +36,15 @@ def _config(cls: type[Any], path: Path | None, **overrides: Any) -> Any:
         raise typer.BadParameter(problems, param_hint="--config") from None
     except (OSError, ValueError) as error:
         raise typer.BadParameter(str(error), param_hint="--config") from None
+
+
+def _check_startup(model: Path | None, device: str) -> None:
+    """What would otherwise fail deep inside torch or transformers once the stage starts."""
+    if model is not None:
+        if not model.is_dir():
+            raise typer.BadParameter(f"model folder {model} does not exist", param_hint="--config")
+        check_model_folder(model, "--model")
+    check_device(device, "--config")
 
 
 def _run(work: Any) -> Any:
@@ -108,7 +119,10 @@ def sft(
     from spacetools.train.sft import train_sft
 
     settings = _config(SFTConfig, config, model=model, data=data, out=check_out_folder(out))
-    with StageMonitor("sft", settings.out / "tensorboard", Console()) as progress:
+    _check_startup(settings.model, settings.device)
+    with contextlib.ExitStack() as held:
+        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before TensorBoard writes there
+        progress = held.enter_context(StageMonitor("sft", settings.out / "tensorboard", Console()))
         trained = _run(lambda: train_sft(settings, progress=progress))
     typer.echo(f"trained model: {trained}")
 
@@ -130,7 +144,10 @@ def grpo(
     settings = _config(
         GRPOConfig, config, model=model, data=data, out=check_out_folder(out), toolshed_url=toolshed_url
     )
-    with StageMonitor("grpo", settings.out / "tensorboard", Console()) as progress:
+    _check_startup(settings.model, settings.device)
+    with contextlib.ExitStack() as held:
+        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before TensorBoard writes there
+        progress = held.enter_context(StageMonitor("grpo", settings.out / "tensorboard", Console()))
         trained = _run(lambda: train_grpo(settings, progress=progress))
     typer.echo(f"trained model: {trained}")
 
@@ -147,6 +164,7 @@ def dirl(
     from spacetools.train.gains import RewardGain
 
     settings = _config(DIRLConfig, config)
+    _check_startup(None if settings.base_model == "tiny" else Path(settings.base_model), settings.device)
     console = Console()
     summaries = _run(lambda: run_dirl(settings, check_out_folder(out), report=typer.echo, console=console))
     table = Table("benchmark (headline)", *(EVALUATIONS[stage] for stage in summaries), title=f"DIRL ({out})")

@@ -23,10 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spacetools.toolshed.deployment import MAX_TIMEOUT_S, BackendName, ToolDeployment, resolve_tool_class
+from spacetools.toolshed.safeyaml import YamlError, load_yaml
 
 _SIM = "spacetools.tools"
 _MODELS = "spacetools.tools.models"
@@ -107,9 +107,9 @@ def load_toolset_config(path: str | Path) -> list[ToolDeployment]:
     if not path.is_file():
         raise ToolsetConfigError(f"no such tool-set config: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ToolsetConfigError(f"{path}: not valid YAML: {error}") from None
+        data = load_yaml(path.read_text(), str(path))
+    except YamlError as error:
+        raise ToolsetConfigError(str(error)) from None
     return toolset_deployments(data, base=path.parent, source=str(path))
 
 

@@ -3,12 +3,17 @@
 A stage killed at any point (even with -9) resumes from its last checkpoint: the data position is a function
 of the step, the checkpoint holds the model, optimiser, scheduler and random state, and the metric rows
 written after that checkpoint are dropped, so the resumed run writes exactly what an unbroken one would.
+
+A checkpoint is only ever read as data (`torch.load(weights_only=True)`: a planted pickle runs nothing), and
+one that exists but cannot be read whole (a file missing, cut short or not a checkpoint) is refused with a
+`CheckpointError` naming the file and the way out, never silently restarted from step 0.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import pickle
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +25,19 @@ import torch
 MODEL_DIR = "model"
 STATE_FILE = "trainer.pt"
 METRICS_FILE = "metrics.jsonl"
+MANIFEST_FILE = "files.json"
+"""Every file of the checkpoint and its size, written last: a file cut short or lost is found at load."""
+STATE_KEYS = ("step", "optimizer", "torch_rng")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint exists but cannot be resumed from."""
+
+    def __init__(self, checkpoint: Path, file: Path, problem: str) -> None:
+        super().__init__(
+            f"{file}: {problem}; this checkpoint cannot be resumed: use a fresh --out, or delete "
+            f"{checkpoint} to train this stage again from step 0"
+        )
 
 
 def step_batches(
@@ -35,10 +53,56 @@ def step_batches(
 
 
 def load_checkpoint(path: Path) -> dict[str, Any] | None:
-    """The trainer state of the checkpoint at `path` (its model is in `path / MODEL_DIR`), if there is one."""
+    """The trainer state of the checkpoint at `path` (its model is in `path / MODEL_DIR`), if there is one;
+    a `CheckpointError` when there is one that cannot be read whole."""
     recover_checkpoint(path)
+    if not path.exists():
+        return None
+    check_files(path)
     state_file = path / STATE_FILE
-    return torch.load(state_file, weights_only=False) if state_file.is_file() else None
+    try:
+        state = torch.load(state_file, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(path, state_file, "missing") from None
+    except Exception as error:  # torch raises many kinds for a damaged or foreign file
+        problem = (
+            "holds objects other than tensors and plain data, which could run code; not loaded"
+            if isinstance(error, pickle.UnpicklingError) and "Weights only" in str(error)
+            else f"damaged or cut short ({type(error).__name__})"
+        )
+        raise CheckpointError(path, state_file, problem) from None
+    if not isinstance(state, dict) or any(key not in state for key in STATE_KEYS):
+        raise CheckpointError(path, state_file, f"not a trainer state (it needs {', '.join(STATE_KEYS)})")
+    return state
+
+
+def check_files(path: Path) -> None:
+    """Every file the checkpoint's manifest lists is there with its size (a checkpoint written before
+    manifests has none to check)."""
+    manifest = path / MANIFEST_FILE
+    if not manifest.is_file():
+        return
+    try:
+        sizes = json.loads(manifest.read_text(encoding="utf-8"))
+        if not isinstance(sizes, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CheckpointError(path, manifest, f"unreadable ({error})") from None
+    for name, size in sizes.items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(path, file, "missing")
+        if file.stat().st_size != size:
+            raise CheckpointError(
+                path, file, f"{file.stat().st_size} bytes where {size} were written (cut short?)"
+            )
+
+
+def _write_manifest(path: Path) -> None:
+    sizes = {
+        str(file.relative_to(path)): file.stat().st_size for file in sorted(path.rglob("*")) if file.is_file()
+    }
+    (path / MANIFEST_FILE).write_text(json.dumps(sizes, indent=1) + "\n", encoding="utf-8")
 
 
 def save_checkpoint(path: Path, model: Any, processor: Any, state: dict[str, Any]) -> None:
@@ -49,6 +113,8 @@ def save_checkpoint(path: Path, model: Any, processor: Any, state: dict[str, Any
     model.save_pretrained(staging / MODEL_DIR)
     processor.save_pretrained(staging / MODEL_DIR)
     torch.save({**state, "torch_rng": torch.get_rng_state()}, staging / STATE_FILE)
+    _write_manifest(staging)
+    recover_checkpoint(path)
     retired = path.with_name(path.name + ".old")
     if path.exists():
         path.rename(retired)
@@ -58,9 +124,14 @@ def save_checkpoint(path: Path, model: Any, processor: Any, state: dict[str, Any
 
 
 def recover_checkpoint(path: Path) -> None:
-    """Finish a swap that a kill interrupted: the retired checkpoint is whole, the staging one may not be."""
+    """Finish a swap that a kill interrupted. Without a checkpoint the retired one is whole (the kill came
+    between the two renames) and goes back; beside one it is what a kill left while deleting it."""
     retired = path.with_name(path.name + ".old")
-    if not path.exists() and retired.exists():
+    if not retired.exists():
+        return
+    if path.exists():
+        shutil.rmtree(retired)
+    else:
         retired.rename(path)
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from spacetools.toolshed.safeyaml import load_yaml
 
 Config = TypeVar("Config", bound=BaseModel)
 CONFIG_FILE = "config.json"
@@ -45,7 +47,7 @@ def load_config(cls: type[Config], path: str | Path | None = None, **overrides: 
     """A config from a YAML file (optional) with keyword overrides on top; pydantic says what is wrong."""
     values: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        loaded = load_yaml(Path(path).read_text(encoding="utf-8"), str(path)) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
         values.update(loaded)
@@ -54,13 +56,32 @@ def load_config(cls: type[Config], path: str | Path | None = None, **overrides: 
 
 
 def record_config(config: BaseModel, out: Path, *, resume: bool) -> None:
-    """Write the config into the run folder, or check that a resumed run has the same one."""
+    """Write the config into the run folder, or check that a resumed run has the same one.
+
+    A run folder may be moved: a path setting matches when it is the same path, or the same path relative
+    to the run folder (a stage's model and data inside the moved run, or the folder itself).
+    """
     out.mkdir(parents=True, exist_ok=True)
     path = out / CONFIG_FILE
     current = json.loads(config.model_dump_json())
     if resume and path.is_file():
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-        changed = sorted(key for key in set(recorded) | set(current) if recorded.get(key) != current.get(key))
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(recorded, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path} is unreadable ({error}); use a new --out") from None
+        recorded_out = recorded.get("out", str(out))
+        changed = sorted(
+            key
+            for key in set(recorded) | set(current)
+            if recorded.get(key) != current.get(key)
+            and not (
+                isinstance(getattr(config, key, None), Path)
+                and isinstance(recorded.get(key), str)
+                and os.path.relpath(recorded[key], recorded_out) == os.path.relpath(current[key], out)
+            )
+        )
         if changed:
             raise ValueError(f"{out} holds a run with other settings ({', '.join(changed)}); use a new --out")
         return

@@ -26,6 +26,7 @@ from rich.console import Console
 from spacetools.agent.protocol import build_system_prompt
 from spacetools.agent.rollout import RolloutConfig
 from spacetools.bench.evaluate import EVAL_CONCURRENCY, EvalConfig, evaluate_async
+from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
 from spacetools.toolshed.shed import Toolshed
@@ -102,6 +103,10 @@ class DIRLRun:
         return Path(self.config.base_model) if self.config.base_model != "tiny" else self.stage_dir("base")
 
     async def run(self) -> dict[str, Summary]:
+        with run_folder_lock(self.out):  # one run per folder (each stage also holds its own)
+            return await self._run()
+
+    async def _run(self) -> dict[str, Summary]:
         config = self.config
         record_config(config, self.out, resume=True)
         families = config.data.families

@@ -26,6 +26,7 @@ import torch
 from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
+from spacetools.bench.runlock import run_folder_lock
 from spacetools.tools.models.runtime import load_processor
 from spacetools.toolshed import ToolProvider
 from spacetools.toolshed.client import RemoteToolshed
@@ -115,6 +116,13 @@ async def train_grpo_async(
 
     `tools`: a started Toolshed (or client) to call instead of the one the config describes.
     """
+    with run_folder_lock(config.out):  # one writer per run folder
+        return await _train_grpo(config, resume=resume, progress=progress, tools=tools)
+
+
+async def _train_grpo(
+    config: GRPOConfig, *, resume: bool, progress: Progress | None, tools: ToolProvider | None
+) -> Path:
     record_config(config, config.out, resume=resume)
     torch.manual_seed(config.seed)
     samples = list(load_samples(config.data, config.benches, config.limit).items())

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from spacetools.bench.runlock import run_folder_lock
 from spacetools.tools import imagecodec
 from spacetools.tools.models.runtime import load_processor
 from spacetools.train.checkpoint import (
@@ -55,6 +56,11 @@ def episode_loss(model: Any, example: Example, device: str) -> tuple[torch.Tenso
 
 def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -> Path:
     """Run (or continue) SFT; returns the folder of the trained model (`<out>/model`)."""
+    with run_folder_lock(config.out):  # one writer per run folder
+        return _train_sft(config, resume=resume, progress=progress)
+
+
+def _train_sft(config: SFTConfig, *, resume: bool, progress: Any) -> Path:
     from transformers import AutoModelForImageTextToText, get_cosine_schedule_with_warmup
 
     record_config(config, config.out, resume=resume)

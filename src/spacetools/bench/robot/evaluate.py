@@ -25,6 +25,7 @@ from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.robot.checks import Outcome, check
 from spacetools.bench.robot.tasks import CATEGORIES, RobotTask
 from spacetools.bench.runfolder import read_rows, repair_samples
+from spacetools.bench.runlock import run_folder_lock
 from spacetools.tools.robot.simulated import SimulatedRobots
 from spacetools.tools.robot.tool import RobotTool
 from spacetools.toolshed import ToolDeployment, Toolshed
@@ -191,14 +192,12 @@ async def evaluate_robot(
     """Run every task (at most `concurrency` at once), score, and write the output folder if given.
 
     A task may be given as a function that builds it: it is built when its turn comes, so a long run
-    writes its first episodes early. With ``resume``, tasks whose episode the folder holds are not run
-    again (a ``ValueError`` when the folder holds a run with other settings: policy and its
-    ``policy_options`` as recorded in ``run.json``, profile, seed, max_turns). ``on_result`` sees each
-    episode as it ends, resumed ones included (a progress bar).
+    writes its first episodes early. The output folder is held for the run (one writer per folder).
+    With ``resume``, tasks whose episode the folder holds are not run again (a ``ValueError`` when the
+    folder holds a run with other settings: policy and its ``policy_options`` as recorded in
+    ``run.json``, profile, seed, max_turns). ``on_result`` sees each episode as it ends, resumed ones
+    included (a progress bar).
     """
-    robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
-    semaphore = asyncio.Semaphore(concurrency)
-    out = Path(out_dir) if out_dir is not None else None
     settings = {
         "policy": policy.name,
         "policy_options": policy_options or {},
@@ -206,7 +205,25 @@ async def evaluate_robot(
         "seed": seed,
         "max_turns": max_turns,
     }
-    done = _resume(out, settings, resume) if out is not None else {}
+    if out_dir is None:
+        return await _evaluate_robot(policy, tasks, settings, concurrency, None, {}, on_result)
+    with run_folder_lock(out_dir) as out:
+        done = _resume(out, settings, resume)
+        return await _evaluate_robot(policy, tasks, settings, concurrency, out, done, on_result)
+
+
+async def _evaluate_robot(
+    policy: Policy,
+    tasks: Sequence[RobotTask | Callable[[], RobotTask]],
+    settings: dict[str, Any],
+    concurrency: int,
+    out: Path | None,
+    done: dict[str, dict[str, Any]],
+    on_result: Callable[[EpisodeResult], None] | None,
+) -> list[EpisodeResult]:
+    profile, seed, max_turns = settings["profile"], settings["seed"], settings["max_turns"]
+    robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
+    semaphore = asyncio.Semaphore(concurrency)
 
     async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
 
