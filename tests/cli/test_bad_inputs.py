@@ -142,6 +142,11 @@ CASES: list[tuple[str, Case, str]] = [
         lambda p: ["serve", "--config", str(p / "a.yaml"), "--toolset-config", str(p / "b.yaml")],
         "give --toolset-config only",
     ),
+    (
+        "serve-empty-call-body-limit",
+        lambda p: ["serve", "--max-call-body-bytes", "0"],
+        "--max-call-body-bytes",
+    ),
 ]
 
 

@@ -43,6 +43,15 @@ def serve(
     max_body_bytes: Annotated[
         int, typer.Option(min=1, help="Largest request body.", rich_help_panel=_LIMITS)
     ] = _DEFAULTS.max_body_bytes,
+    max_call_body_bytes: Annotated[
+        int, typer.Option(min=1, help="Largest body of a turn's tool calls.", rich_help_panel=_LIMITS)
+    ] = _DEFAULTS.max_call_body_bytes,
+    call_body_timeout_s: Annotated[
+        float,
+        typer.Option(
+            min=0.001, help="Longest an admitted call's body may take to arrive.", rich_help_panel=_LIMITS
+        ),
+    ] = _DEFAULTS.call_body_timeout_s,
     max_image_pixels: Annotated[
         int, typer.Option(min=1, help="Largest image (width x height).", rich_help_panel=_LIMITS)
     ] = _DEFAULTS.max_image_pixels,
@@ -103,6 +112,8 @@ def serve(
     try:
         limits = ServerLimits(
             max_body_bytes=max_body_bytes,
+            max_call_body_bytes=max_call_body_bytes,
+            call_body_timeout_s=call_body_timeout_s,
             max_image_pixels=max_image_pixels,
             max_sessions=max_sessions,
             max_session_bytes=max_session_bytes,
