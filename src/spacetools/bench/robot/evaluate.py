@@ -23,7 +23,7 @@ from spacetools.bench.robot.tasks import CATEGORIES, RobotTask
 from spacetools.tools.robot.simulated import SimulatedRobots
 from spacetools.tools.robot.tool import RobotTool
 from spacetools.toolshed import ToolDeployment, Toolshed
-from spacetools.toolshed.toolsets import V1
+from spacetools.toolshed.toolsets import V1, with_profile
 
 EPISODES_FILE = "episodes.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -156,7 +156,7 @@ async def evaluate_robot(
         out.mkdir(parents=True, exist_ok=True)
         (out / EPISODES_FILE).write_text("")
 
-    async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
+    async with Toolshed(with_profile(robot_toolset(robots), profile), seed=seed) as toolshed:
 
         async def one(task_or_builder: RobotTask | Callable[[], RobotTask]) -> EpisodeResult:
             async with semaphore:
