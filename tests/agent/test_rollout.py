@@ -269,6 +269,30 @@ def test_replay_reruns_recorded_turns_against_live_tools_and_rescoring(tmp_path:
     assert [t.score for t in rescored] == [{"score": 0.0}, {"score": 1.0}]
 
 
+class GuessingPolicy:
+    """Answers at once and marks the answer a guess after a failure, without a word of it in the text."""
+
+    name = "guessing"
+
+    async def act(self, state: EpisodeState) -> str:
+        state.fallback = True
+        return "<answer>(A)</answer>"
+
+
+def test_a_marked_guess_is_recorded_written_read_and_replayed(tmp_path: Path) -> None:
+    guessed = episode(GuessingPolicy())
+    prose_only = episode(ScriptPolicy(["<think>Fallback guess: (A)</think><answer>(A)</answer>"]))
+    assert (guessed.fallback, prose_only.fallback) == (True, False)  # the policy's flag, never its text
+    path = tmp_path / "recorded.jsonl"
+    write_trajectories([guessed, prose_only], path)
+    assert [t.fallback for t in read_trajectories(path)] == [True, False]
+    before_the_field = guessed.to_dict()
+    del before_the_field["fallback"]
+    assert Trajectory.from_dict(before_the_field).fallback is False
+    replay = ReplayPolicy(path)
+    assert [episode(replay).fallback for _ in range(2)] == [True, False]
+
+
 def test_replay_stops_when_the_live_episode_outruns_the_recording() -> None:
     recorded = episode(ScriptPolicy([call("echo.echo", text="x"), "<answer>A</answer>"]))
     recorded.messages = recorded.messages[:4]  # keep only the first assistant turn

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from spacetools.agent.policies.scripted import ScriptedPolicy, is_fallback
+from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.types import Trajectory
 from spacetools.bench.evaluate import evaluate, load_samples, read_rows
 from spacetools.bench.spatialsim import generator
@@ -65,5 +65,5 @@ def test_pose_mean_iou_reaches_080(exact_run: tuple[list[dict], dict[str, str]])
 def test_exact_tools_never_leave_the_expert_guessing(exact_run: tuple[list[dict], dict[str, str]]) -> None:
     """With exact tools no call fails, so no answer may be a fallback guess (compatibility is measured)."""
     rows, _ = exact_run
-    guesses = [row["id"] for row in rows if is_fallback(Trajectory.from_dict(row["trajectory"]))]
+    guesses = [row["id"] for row in rows if Trajectory.from_dict(row["trajectory"]).fallback]
     assert guesses == []

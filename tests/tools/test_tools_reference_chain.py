@@ -18,7 +18,7 @@ from tests.tools.conftest import RenderedScene, render_scene
 from spacetools.rewards import compute_score
 from spacetools.sim.groundtruth import ObjectTruth
 from spacetools.toolshed import ToolDeployment, Toolshed
-from spacetools.toolshed.toolsets import TOOLSETS
+from spacetools.toolshed.toolsets import TOOLSETS, with_profile
 
 CHAIN_SEEDS = range(10, 20)
 
@@ -88,7 +88,7 @@ def _pose_iou(corners_2d: np.ndarray | None, truth: ObjectTruth) -> float:
 def test_reference_chain_recovers_poses_on_ten_scenes(chain_scenes: list[RenderedScene]) -> None:
     async def run() -> list[tuple[float, float, dict]]:
         rows = []
-        async with Toolshed(_inprocess_v1(), profile="exact") as shed:
+        async with Toolshed(with_profile(_inprocess_v1(), "exact")) as shed:
             for rendered in chain_scenes:
                 truth = _target(rendered)
                 outcome = await _chain(shed, rendered, truth.name)
@@ -125,7 +125,7 @@ def test_realism_profiles_degrade_the_chain_in_order(chain_scenes: list[Rendered
     """
 
     async def median_iou(profile: str) -> float:
-        async with Toolshed(_inprocess_v1(), profile=profile) as shed:
+        async with Toolshed(with_profile(_inprocess_v1(), profile)) as shed:
             ious = []
             for rendered in chain_scenes:
                 truth = _target(rendered)

@@ -29,6 +29,7 @@ from spacetools.tools.definition import Tool, ToolContext, ToolResult, hermes_to
 from spacetools.tools.diagnostics import EchoTool, FaultTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteSession, RemoteToolshed
+from spacetools.toolshed.toolsets import with_profile
 
 
 def encode_image(image: np.ndarray) -> str:
@@ -394,11 +395,15 @@ def test_serve_runs_the_v1_tools_with_the_same_results_as_in_process() -> None:
                     break
             assert time.monotonic() < deadline, "spacetools serve did not come up"
             time.sleep(0.2)
+        assert httpx.get(f"{url}/health").json()["profile"] == "realistic"  # set on the deployments
         (sample,) = generate(1, seed=0, families=["bopgrasp"], workers=1)["bopgrasp"]
         task = episode_input(sample, "bopgrasp/0")  # the scene travels to the tools only
 
         async def both() -> list[Any]:
-            async with RemoteToolshed(url) as remote, Toolshed("v1", profile="realistic", seed=5) as local:
+            async with (
+                RemoteToolshed(url) as remote,
+                Toolshed(with_profile("v1", "realistic"), seed=5) as local,
+            ):
                 return [await run_episode(ScriptedPolicy(), shed, task, seed=2) for shed in (remote, local)]
 
         remote, local = asyncio.run(both())

@@ -22,7 +22,7 @@ from spacetools.cli.serve import serve
 from spacetools.tools.diagnostics import SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteToolshed
-from spacetools.toolshed.toolsets import V1, on_backend
+from spacetools.toolshed.toolsets import V1, on_backend, with_profile
 
 
 def test_on_backend_moves_the_worker_tools_and_keeps_their_shares() -> None:
@@ -81,7 +81,10 @@ def test_serve_on_ray_runs_the_v1_tools_with_the_same_results_as_worker_processe
         task = episode_input(sample, "bopgrasp/0")
 
         async def both() -> list[Any]:
-            async with RemoteToolshed(url) as remote, Toolshed("v1", profile="realistic", seed=5) as local:
+            async with (
+                RemoteToolshed(url) as remote,
+                Toolshed(with_profile("v1", "realistic"), seed=5) as local,
+            ):
                 return [await run_episode(ScriptedPolicy(), shed, task, seed=2) for shed in (remote, local)]
 
         remote, local = asyncio.run(both())

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spacetools.tools.diagnostics import EchoTool
 from spacetools.tools.segmentation import Sam2Tool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.config import BACKENDS, load_toolset_config
-from spacetools.toolshed.toolsets import TOOLSETS
+from spacetools.toolshed.toolsets import TOOLSETS, with_profile
 
 CONFIGS = Path(__file__).parents[2] / "configs" / "toolsets"
 
@@ -145,3 +146,25 @@ def test_a_tool_that_names_its_settings_takes_no_others_in_code_either() -> None
             Toolshed([ToolDeployment(tool=Sam2Tool, backend=backend, config={"colour": 1})])
     with pytest.raises(ValueError, match="timeout_s"):
         ToolDeployment(tool=Sam2Tool, timeout_s=float("inf"))
+
+
+def test_realism_is_a_deployment_setting_that_the_toolshed_reports() -> None:
+    realistic = with_profile("v1", "realistic")
+    assert {d.name: d.config.get("profile") for d in realistic} == {
+        "roborefer": "realistic",
+        "vlm": "realistic",
+        "sam2": "realistic",
+        "depth_estimator": "realistic",
+        "bounding_box": None,  # geometry on what perception returned: no realism of its own
+        "grasp_generator": None,
+        "vision_ops": None,
+    }
+    assert TOOLSETS["v1"][0].config == {}  # the named tool set itself is left as it was
+    assert Toolshed(realistic).profile == "realistic"  # what `GET /health` reports
+    mixed = [*with_profile(TOOLSETS["v1"][:1], "exact"), *with_profile(TOOLSETS["v1"][2:3], "harsh")]
+    echo = [ToolDeployment(tool=EchoTool, backend="inprocess")]
+    assert Toolshed(mixed).profile is None and Toolshed(echo).profile is None
+    with pytest.raises(ValueError, match="unknown profile 'perfect'"):
+        with_profile("v1", "perfect")
+    with pytest.raises(TypeError):  # no second way to set it on the Toolshed
+        Toolshed("v1", profile="exact")  # type: ignore[call-arg]

@@ -65,13 +65,14 @@ def _trajectory(**changes: object) -> Trajectory:
         ({"score": {"score": 0.0}}, "wrong"),
         ({"answer": None}, "no answer"),
         ({"error": "boom"}, "error"),
+        ({"fallback": True}, "fallback guess"),  # the recorded flag decides, whatever the text says
         (
             {
                 "messages": [
                     {"role": "assistant", "content": "<think>Fallback guess: x</think><answer>(A)</answer>"}
                 ]
             },
-            "fallback guess",
+            None,
         ),
     ],
 )

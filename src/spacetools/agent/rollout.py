@@ -345,6 +345,7 @@ async def _run_episode(
         error=error,
         images=episode.tool_images,
         task_image_count=len(task.images),
+        fallback=state.fallback,
     )
     if scorer is not None:
         try:

@@ -81,6 +81,8 @@ class EpisodeState:
     ``i`` addresses ``images`` (the task's images first, then those added by tools), which is also
     what a tool's ``image_index`` argument means. ``turn`` counts the assistant turns already taken.
     ``tool_calls`` are the calls run so far, with their structured results (``value``).
+    ``fallback`` is the one thing a policy writes back: set it with the final answer when that answer
+    is a guess after a tool failure, so the trajectory records it (`Trajectory.fallback`).
     """
 
     task: Task
@@ -89,6 +91,7 @@ class EpisodeState:
     turn: int
     tool_specs: list[ToolSpec]
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    fallback: bool = False
 
 
 @runtime_checkable
@@ -140,7 +143,8 @@ class Trajectory:
     ``finish_reason`` is one of ``answer``, ``no_tool_call``, ``max_turns``, ``policy_error``,
     ``toolshed_error``.
     ``error`` is set when the policy, the Toolshed or the scorer failed, so a run never loses an
-    episode silently.
+    episode silently. ``fallback`` says the policy marked its answer a guess after a tool failure
+    (`EpisodeState.fallback`); training drops such episodes. Records from before it read as False.
     """
 
     task_id: str
@@ -157,6 +161,7 @@ class Trajectory:
     error: str | None = None
     images: list[np.ndarray] = field(default_factory=list)
     task_image_count: int = 1
+    fallback: bool = False
 
     @property
     def solution_text(self) -> str:

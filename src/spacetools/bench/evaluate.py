@@ -42,7 +42,7 @@ from spacetools.tools import imagecodec
 from spacetools.tools.realism import get_profile
 from spacetools.toolshed import ToolDeployment, ToolProvider, Toolshed
 from spacetools.toolshed.client import RemoteToolshed
-from spacetools.toolshed.toolsets import get_toolset
+from spacetools.toolshed.toolsets import get_toolset, with_profile
 
 __all__ = [
     "REPORT_FILE",
@@ -287,7 +287,7 @@ def sample_row(sample: Sample, trajectory: Trajectory, question: str) -> dict[st
 def _tools(config: EvalConfig) -> Toolshed | RemoteToolshed:
     if config.toolshed_url:
         return RemoteToolshed(config.toolshed_url)
-    return Toolshed(config.toolset, profile=config.profile, seed=config.seed)
+    return Toolshed(with_profile(config.toolset, config.profile), seed=config.seed)
 
 
 async def _run_pending(

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from spacetools.cli.options import TOOLSET_CONFIG_HELP, profile_option, toolset_deployments
 from spacetools.toolshed import Toolshed
 from spacetools.toolshed.limits import TOKEN_ENV, ServerLimits
-from spacetools.toolshed.toolsets import TOOLSET_NAMES, on_backend
+from spacetools.toolshed.toolsets import TOOLSET_NAMES, on_backend, with_profile
 
 _DEFAULTS = ServerLimits()
 _LIMITS = "Limits"
@@ -104,7 +104,7 @@ def serve(
             "Warning: --config is now --toolset-config; the old name goes in the next release.", err=True
         )
         toolset_config = old_config
-    deployments = toolset_deployments(toolset, toolset_config)
+    deployments = with_profile(toolset_deployments(toolset, toolset_config), profile)
     if mcp_transport not in MCP_TRANSPORTS:
         raise typer.BadParameter(
             f"{mcp_transport!r} is not one of {', '.join(MCP_TRANSPORTS)}", param_hint="--mcp-transport"
@@ -149,12 +149,12 @@ def serve(
             raise typer.BadParameter(str(error), param_hint="--host") from error
     return_freed_memory()
     if mcp:
-        toolshed = toolshed_for(deployments, limits, profile=profile, seed=seed)
+        toolshed = toolshed_for(deployments, limits, seed=seed)
         _serve_mcp(toolshed, limits, "stdio" if mcp_transport == "stdio" else "streamable-http", host, port)
         return
     import uvicorn
 
-    app = create_app(toolshed_for(deployments, limits, profile=profile, seed=seed), limits)
+    app = create_app(toolshed_for(deployments, limits, seed=seed), limits)
     uvicorn.run(app, host=host, port=port, log_level="info")
 
 

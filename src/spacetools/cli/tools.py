@@ -174,8 +174,9 @@ async def _run_calls(
     seed: int,
 ) -> list[dict[str, Any]]:
     from spacetools.toolshed import Toolshed
+    from spacetools.toolshed.toolsets import with_profile
 
-    async with Toolshed(deployments, profile=profile, seed=seed) as shed:
+    async with Toolshed(with_profile(deployments, profile), seed=seed) as shed:
         session = shed.open_session([image], [{"scene": spec_json}])
         results = []
         for name, arguments in calls:

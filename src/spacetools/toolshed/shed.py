@@ -127,7 +127,6 @@ class Toolshed:
         self,
         deployments: Sequence[ToolDeployment] | str,
         *,
-        profile: str | None = None,
         seed: int = 0,
         max_session_bytes: int = 512 * 2**20,
         max_total_bytes: int = 4 * 2**30,
@@ -137,6 +136,8 @@ class Toolshed:
     ) -> None:
         """
         Args:
+            deployments: The tools and how to run them, or a tool set's name (`toolsets.TOOLSETS`);
+                a simulated tool's realism is its deployment's setting (`toolsets.with_profile`).
             max_session_bytes: Images and variables one session may hold.
             max_total_bytes: Images and variables all sessions together may hold.
             session_ttl_s: Idle time after which a session expires.
@@ -148,10 +149,8 @@ class Toolshed:
             deployments = get_toolset(deployments)
         if not deployments:
             raise ValueError("a Toolshed needs at least one tool deployment")
-        if profile is not None:  # kept for callers from before realism became a deployment setting
-            deployments = [deployment.with_setting("profile", profile) for deployment in deployments]
-        self.profile = profile
         self.seed = seed
+        self._profiles: set[str] = set()
         self._store = SessionStore(
             max_session_bytes,
             max_total_bytes,
@@ -182,6 +181,8 @@ class Toolshed:
             )
         if tool_class.name in self._routers:
             raise ValueError(f"tool {tool_class.name!r} is deployed twice")
+        if "profile" in deployment.config:
+            self._profiles.add(str(deployment.config["profile"]))
         make_instance = instance_factory(deployment, tool_class.name)
         router = ToolRouter(
             tool_class.name,
@@ -238,6 +239,11 @@ class Toolshed:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    @property
+    def profile(self) -> str | None:
+        """The realism profile its deployments set (`config["profile"]`); None when none or several."""
+        return next(iter(self._profiles)) if len(self._profiles) == 1 else None
 
     def specs(self) -> list[ToolSpec]:
         """The specs of every tool method served, in deployment order."""

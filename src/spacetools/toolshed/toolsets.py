@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from spacetools.toolshed.deployment import BackendName, ToolDeployment
 
 # Simulated perception rebuilds and renders scenes (~0.5 s, pybullet holds the GIL), so it runs in
@@ -46,13 +48,15 @@ TOOLSET_NAMES: tuple[str, ...] = tuple(TOOLSETS)
 DEFAULT_PROFILE = "exact"
 
 
-def toolset(name: str, profile: str = DEFAULT_PROFILE) -> list[ToolDeployment]:
-    """The deployments of a named tool set, its simulated tools set to a realism `profile`.
+def with_profile(deployments: str | Sequence[ToolDeployment], profile: str) -> list[ToolDeployment]:
+    """The deployments (or a named tool set's) with their simulated tools set to a realism `profile`.
 
-    A `ValueError` lists the choices for an unknown tool set; an unknown profile fails when the
-    Toolshed starts the simulated tools (they own the profiles).
+    Realism is a deployment setting (``config["profile"]``); tools without it are left as they are.
+    A `ValueError` names an unknown tool set or profile (the simulated tools own the profiles).
     """
-    return [deployment.with_setting("profile", profile) for deployment in get_toolset(name)]
+    if isinstance(deployments, str):
+        deployments = get_toolset(deployments)
+    return [deployment.with_setting("profile", profile) for deployment in deployments]
 
 
 def get_toolset(name: str) -> list[ToolDeployment]:

@@ -31,6 +31,7 @@ from spacetools.tools.models.runtime import load_processor
 from spacetools.toolshed import ToolProvider
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.shed import Toolshed
+from spacetools.toolshed.toolsets import with_profile
 from spacetools.train.checkpoint import (
     METRICS_FILE,
     MODEL_DIR,
@@ -69,7 +70,7 @@ async def tool_provider(config: GRPOConfig | TracesConfig) -> AsyncIterator[Tool
     tools: Any = (
         RemoteToolshed(config.toolshed_url)
         if config.toolshed_url
-        else Toolshed(config.toolset, profile=config.profile, seed=config.seed)
+        else Toolshed(with_profile(config.toolset, config.profile), seed=config.seed)
     )
     async with tools:
         yield tools

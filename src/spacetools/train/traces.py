@@ -22,7 +22,6 @@ import numpy as np
 from rich.console import Console
 
 from spacetools.agent.policies import make_policy
-from spacetools.agent.policies.scripted import is_fallback
 from spacetools.agent.protocol import without_thoughts
 from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import Policy, Trajectory
@@ -58,7 +57,7 @@ def rejection(trajectory: Trajectory, threshold: float) -> str | None:
         return "error"
     if trajectory.answer is None:
         return "no answer"
-    if is_fallback(trajectory):
+    if trajectory.fallback:
         return "fallback guess"
     if float((trajectory.score or {}).get("score", 0.0)) < threshold:
         return "wrong"

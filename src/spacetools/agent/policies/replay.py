@@ -1,7 +1,8 @@
 """Replay recorded trajectories: re-run their assistant turns against live tools, or re-score them.
 
 Each new episode of a task takes the next unused recording of that task id, so a file holding N
-rollouts per prompt (GRPO groups) replays as N episodes.
+rollouts per prompt (GRPO groups) replays as N episodes. A recording's ``fallback`` flag comes back
+with its last turn, so a replayed guess is still known as one.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ class ReplayPolicy:
             records = read_trajectories(trajectories)
         else:
             records = [t if isinstance(t, Trajectory) else Trajectory.from_dict(t) for t in trajectories]
-        self._queued: dict[str, deque[list[str]]] = defaultdict(deque)
+        self._queued: dict[str, deque[Trajectory]] = defaultdict(deque)
         for record in records:
-            self._queued[record.task_id].append(_assistant_turns(record))
-        self._bound: weakref.WeakKeyDictionary[EpisodeState, list[str]] = weakref.WeakKeyDictionary()
+            self._queued[record.task_id].append(record)
+        self._bound: weakref.WeakKeyDictionary[EpisodeState, tuple[list[str], bool]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def remaining(self, task_id: str) -> int:
         """How many recordings of ``task_id`` have not been replayed yet."""
@@ -55,18 +58,21 @@ class ReplayPolicy:
 
     async def act(self, state: EpisodeState) -> str:
         """The recorded turn number ``state.turn`` of the recording bound to this episode."""
-        turns = self._bound.get(state)
-        if turns is None:
+        bound = self._bound.get(state)
+        if bound is None:
             queue = self._queued.get(state.task.id)
             if not queue:
                 raise ReplayExhaustedError(f"no (more) recorded trajectories for task {state.task.id!r}")
-            turns = queue.popleft()
-            self._bound[state] = turns
+            recording = queue.popleft()
+            bound = self._bound[state] = (_assistant_turns(recording), recording.fallback)
+        turns, fallback = bound
         if state.turn >= len(turns):
             raise ReplayExhaustedError(
                 f"task {state.task.id!r}: the recording has {len(turns)} assistant turn(s), "
                 f"the live episode asked for turn {state.turn + 1}"
             )
+        if state.turn == len(turns) - 1:
+            state.fallback = fallback
         return turns[state.turn]
 
 

@@ -29,7 +29,7 @@ from spacetools.bench.runlock import run_folder_lock
 from spacetools.tools.robot.simulated import SimulatedRobots
 from spacetools.tools.robot.tool import RobotTool
 from spacetools.toolshed import ToolDeployment, Toolshed
-from spacetools.toolshed.toolsets import V1
+from spacetools.toolshed.toolsets import V1, with_profile
 
 EPISODES_FILE = "episodes.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -225,7 +225,7 @@ async def _evaluate_robot(
     robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
     semaphore = asyncio.Semaphore(concurrency)
 
-    async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
+    async with Toolshed(with_profile(robot_toolset(robots), profile), seed=seed) as toolshed:
 
         async def one(task_or_builder: RobotTask | Callable[[], RobotTask]) -> EpisodeResult:
             async with semaphore:

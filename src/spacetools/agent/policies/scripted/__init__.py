@@ -1,6 +1,6 @@
 """The scripted expert as a package: its replay engine, question reading, measuring steps and plans.
 
-- `replay`: re-running a plan over the episode's tool results; the turn formats; fallback marking.
+- `replay`: re-running a plan over the episode's tool results; the turn formats.
 - `questions`: reading the benchmarks' wordings and the task's public metadata.
 - `measure`: the calls the plans make and how their structured results (``value``) are read.
 - `plans_spatial`, `plans_compatibility`, `plans_vision`: one plan per task family (compatibility
@@ -12,16 +12,13 @@ from spacetools.agent.policies.scripted.measure import Box3D, read_box, read_gra
 from spacetools.agent.policies.scripted.policy import PLANS, ScriptedPolicy, choose_plan
 from spacetools.agent.policies.scripted.questions import QuestionNotUnderstood
 from spacetools.agent.policies.scripted.replay import (
-    FALLBACK_MARK,
     Answer,
     ToolOutcome,
     ToolReplay,
-    is_fallback,
     tool_batches,
 )
 
 __all__ = [
-    "FALLBACK_MARK",
     "PLANS",
     "Answer",
     "Box3D",
@@ -30,7 +27,6 @@ __all__ = [
     "ToolOutcome",
     "ToolReplay",
     "choose_plan",
-    "is_fallback",
     "read_box",
     "read_grasp",
     "tool_batches",

@@ -80,7 +80,8 @@ class ScriptedPolicy:
     the public metadata (``task.extra_info`` without the answer) and the structured results of its
     own tool calls, never the scene. Each turn is real protocol text (``<think>`` then ``<tool_call>``
     blocks, or ``<answer>``), so its traces are valid SFT data; a guess after a tool failure is
-    marked (see `is_fallback`), so training can drop it.
+    recorded on the episode (``EpisodeState.fallback``, then ``Trajectory.fallback``), so training can
+    drop it.
     """
 
     name = "scripted"
@@ -98,4 +99,5 @@ class ScriptedPolicy:
             answer = plan(state.task, replay)
         except Pending as pending:
             return format_tool_turn(pending.thought, pending.calls)
+        state.fallback = answer.fallback
         return format_answer_turn(answer)

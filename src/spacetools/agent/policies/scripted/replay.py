@@ -13,12 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spacetools.agent.types import ToolCallRecord, Trajectory
+from spacetools.agent.types import ToolCallRecord
 
 Call = tuple[str, dict[str, Any]]
-
-FALLBACK_MARK = "Fallback guess:"
-"""How a fallback answer's reasoning begins: a guess made after a tool failure, which training drops."""
 
 
 @dataclass(frozen=True)
@@ -100,14 +97,7 @@ def format_tool_turn(thought: str, calls: Sequence[Call]) -> str:
 
 
 def format_answer_turn(answer: Answer) -> str:
-    """A final turn in the tag protocol; a fallback's reasoning starts with `FALLBACK_MARK`."""
-    thought = f"{FALLBACK_MARK} {answer.thought}" if answer.fallback else answer.thought
+    """A final turn in the tag protocol; a fallback's reasoning owns up to the guess (for the reader:
+    code knows a fallback by `EpisodeState.fallback`, never by this text)."""
+    thought = f"Fallback guess: {answer.thought}" if answer.fallback else answer.thought
     return f"<think>{thought}</think>\n<answer>{answer.text}</answer>"
-
-
-def is_fallback(trajectory: Trajectory) -> bool:
-    """Whether the expert's final answer in a trajectory is a guess after a tool failure."""
-    finals = [
-        m for m in trajectory.messages if m.get("role") == "assistant" and isinstance(m.get("content"), str)
-    ]
-    return bool(finals) and finals[-1]["content"].startswith(f"<think>{FALLBACK_MARK}")
