@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from spacetools.cli import data, demo, eval, export, robot, serve, tools, train
+from spacetools.cli.logs import LogLevel, setup_logging
 
 
 class OneLineErrors(TyperGroup):
@@ -56,6 +57,24 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def main(
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            envvar="SPACETOOLS_LOG_LEVEL",
+            case_sensitive=False,
+            help="Diagnostics shown on stderr (run folders' run.log keep info and above).",
+        ),
+    ] = LogLevel.info,
+) -> None:
+    """Options of every command."""
+    setup_logging(log_level)
+
+
 app.add_typer(data.app, name="data", help="Generate and inspect SpatialSim benchmark sets.")
 app.add_typer(tools.app, name="tools", help="List, describe and run Toolshed tools.")
 app.add_typer(eval.app, name="eval", help="Evaluate a policy on benchmarks with live tools.")

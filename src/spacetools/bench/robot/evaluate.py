@@ -9,7 +9,9 @@ trajectory), `summary.json` (per category), `report.html` and per-episode motion
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,6 +22,7 @@ from spacetools.agent.rollout import run_episode
 from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.robot.checks import Outcome, check
 from spacetools.bench.robot.tasks import CATEGORIES, RobotTask
+from spacetools.bench.runlog import run_log
 from spacetools.tools.robot.simulated import SimulatedRobots
 from spacetools.tools.robot.tool import RobotTool
 from spacetools.toolshed import ToolDeployment, Toolshed
@@ -28,6 +31,7 @@ from spacetools.toolshed.toolsets import V1
 EPISODES_FILE = "episodes.jsonl"
 SUMMARY_FILE = "summary.json"
 DEFAULT_MAX_TURNS = 10
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -134,6 +138,24 @@ async def run_robot_episode(
     return result
 
 
+def _log_episode(result: EpisodeResult) -> None:
+    outcome = result.outcome
+    logger.debug(
+        "%s: %d/%d points in %.1f s (%s)",
+        result.task.id,
+        outcome.points,
+        outcome.possible,
+        result.wall_s,
+        outcome.reason or result.trajectory.finish_reason,
+    )
+    if result.trajectory.error:
+        logger.warning("%s: %s", result.task.id, result.trajectory.error)
+
+
+def _points(results: list[EpisodeResult]) -> tuple[int, int]:
+    return sum(r.outcome.points for r in results), sum(r.outcome.possible for r in results)
+
+
 async def evaluate_robot(
     policy: Policy,
     tasks: Sequence[RobotTask | Callable[[], RobotTask]],
@@ -156,29 +178,35 @@ async def evaluate_robot(
         out.mkdir(parents=True, exist_ok=True)
         (out / EPISODES_FILE).write_text("")
 
-    async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
+    with run_log(out) if out is not None else contextlib.nullcontext():
+        logger.info(
+            "robot evaluation of %s: %d tasks, %s tools, seed %d", policy.name, len(tasks), profile, seed
+        )
+        async with Toolshed(robot_toolset(robots), profile=profile, seed=seed) as toolshed:
 
-        async def one(task_or_builder: RobotTask | Callable[[], RobotTask]) -> EpisodeResult:
-            async with semaphore:
-                task = (
-                    task_or_builder
-                    if isinstance(task_or_builder, RobotTask)
-                    else await asyncio.to_thread(task_or_builder)
-                )
-                result = await run_robot_episode(policy, toolshed, robots, task, max_turns, seed)
-            if out is not None:
-                with (out / EPISODES_FILE).open("a") as stream:
-                    stream.write(json.dumps(result.row()) + "\n")
-            return result
+            async def one(task_or_builder: RobotTask | Callable[[], RobotTask]) -> EpisodeResult:
+                async with semaphore:
+                    task = (
+                        task_or_builder
+                        if isinstance(task_or_builder, RobotTask)
+                        else await asyncio.to_thread(task_or_builder)
+                    )
+                    result = await run_robot_episode(policy, toolshed, robots, task, max_turns, seed)
+                _log_episode(result)
+                if out is not None:
+                    with (out / EPISODES_FILE).open("a") as stream:
+                        stream.write(json.dumps(result.row()) + "\n")
+                return result
 
-        try:
-            results = list(await asyncio.gather(*(one(task) for task in tasks)))
-        finally:
-            robots.close()
-    if out is not None:
-        from spacetools.bench.robot.report import write_robot_report
+            try:
+                results = list(await asyncio.gather(*(one(task) for task in tasks)))
+            finally:
+                robots.close()
+        if out is not None:
+            from spacetools.bench.robot.report import write_robot_report
 
-        summary = [{**asdict(s), "success_rate": s.success_rate} for s in summarize(results)]
-        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        write_robot_report(results, out)
+            summary = [{**asdict(s), "success_rate": s.success_rate} for s in summarize(results)]
+            (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+            write_robot_report(results, out)
+        logger.info("%d episodes, %d of %d points", len(results), *_points(results))
     return results
