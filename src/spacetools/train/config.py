@@ -78,10 +78,10 @@ def apply_dotlist(values: dict[str, Any], dotlist: Sequence[str]) -> dict[str, A
     sets a nested setting, values are read as YAML (`1e-6`, `true`, `[tensorboard, wandb]`)."""
     if not dotlist:
         return values
-    from omegaconf import OmegaConf
+    from omegaconf import Container, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    merged = OmegaConf.create(values)
+    merged: Container = OmegaConf.create(values)
     for item in dotlist:
         key, sep, _ = item.partition("=")
         if not sep or not key.strip():
