@@ -165,16 +165,16 @@ def check_resume(out: Path, config: EvalConfig) -> None:
         )
 
 
-def _prepare_folder(config: EvalConfig) -> None:
-    """Make the run folder (checking resume, or starting afresh) and write ``run.json``."""
+def _prepare_folder(config: EvalConfig) -> str | None:
+    """Make the run folder (checking resume, or starting afresh) and write ``run.json``; returns what a
+    resume repaired in ``samples.jsonl`` (None: nothing)."""
     out = config.out
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} is a file, not a folder")
+    repaired = None
     if config.resume:
         check_resume(out, config)
         repaired = repair_samples(out / SAMPLES_FILE)
-        if repaired:
-            logger.warning(repaired)
     else:
         (out / SAMPLES_FILE).unlink(missing_ok=True)
     try:
@@ -182,6 +182,7 @@ def _prepare_folder(config: EvalConfig) -> None:
     except (FileExistsError, NotADirectoryError):
         raise NotADirectoryError(f"--out {out}: a part of the path is a file, not a folder") from None
     (out / RUN_FILE).write_text(json.dumps(config.run_record(), indent=2) + "\n", encoding="utf-8")
+    return repaired
 
 
 def task_id(sample: Sample, position: int) -> str:
@@ -397,8 +398,10 @@ async def evaluate_async(
     if on_start is not None:
         on_start(config)
     samples = load_samples(config.data, config.benches, config.limit)
-    _prepare_folder(config)
+    repaired = _prepare_folder(config)
     with run_log(config.out):
+        if repaired:
+            logger.warning(repaired)
         summary, rows = await _run_and_summarize(policy, config, samples, console)
         if config.report:
             write_report(config.out / REPORT_FILE, summary, rows, samples)
