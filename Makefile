@@ -2,20 +2,30 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | md5sum | cut -c1-12)
+DEMO_STAMP := $(VENV)/.demo-$(shell cat pyproject.toml constraints.txt | md5sum | cut -c1-12)
 
 .PHONY: install demo test fuzz test-verl lint format bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins this machine's CPU build of torch; the package itself takes a range of versions.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-demo: install
+# The demo needs the core package only (no torch, servers or Ray), so a first result comes sooner;
+# after `make install` it has everything already.
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -f $(STAMP) || $(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	rm -f $(VENV)/.demo-*
+	touch $@
+
+demo: $(DEMO_STAMP)
 	$(BIN)/spacetools demo
 
 test: install

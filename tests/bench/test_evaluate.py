@@ -274,7 +274,9 @@ class SurrogatePolicy:
 
 
 @pytest.mark.slow
-def test_resume_repairs_a_torn_last_line_and_any_text_survives(data: Path, tmp_path: Path) -> None:
+def test_resume_repairs_a_torn_last_line_and_any_text_survives(
+    data: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     out = tmp_path / "run"
     evaluate(SurrogatePolicy(), data, out_dir=out, benches=[ONE_BENCH], profile="exact")
     samples_file = out / "samples.jsonl"
@@ -288,6 +290,8 @@ def test_resume_repairs_a_torn_last_line_and_any_text_survives(data: Path, tmp_p
     console = Console(record=True, width=200)
     summary = evaluate(resumed, data, out_dir=out, benches=[ONE_BENCH], profile="exact", console=console)
     assert resumed.episodes == 1  # the torn sample ran again, the whole one did not
-    assert "dropped a torn last line (40 bytes)" in console.export_text()
+    # Said once, as a warning: on stderr under the command line, and in the run's log.
+    assert "dropped a torn last line (40 bytes)" in caplog.text
+    assert "dropped a torn last line (40 bytes)" in (out / "run.log").read_text()
     assert [row["id"] for row in read_rows(samples_file)] == [row["id"] for row in rows]
     assert summary.n == 2 and (out / "report.html").stat().st_size > 0

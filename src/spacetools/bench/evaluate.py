@@ -36,6 +36,7 @@ from spacetools.bench.runfolder import (
     unique_rows,
 )
 from spacetools.bench.runlock import run_folder_lock
+from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.rewards import compute_score
 from spacetools.tools import imagecodec
@@ -177,20 +178,18 @@ def check_resume(out: Path, config: EvalConfig) -> None:
         )
 
 
-def _prepare_folder(config: EvalConfig, console: Console | None) -> None:
+def _prepare_folder(config: EvalConfig) -> str | None:
     """Check a resumed run folder (or start it afresh) and write ``run.json``; the folder exists and this
-    run holds its lock."""
+    run holds its lock. Returns what a resume repaired in ``samples.jsonl`` (None: nothing)."""
     out = config.out
+    repaired = None
     if config.resume:
         check_resume(out, config)
         repaired = repair_samples(out / SAMPLES_FILE)
-        if repaired:
-            logger.warning(repaired)
-            if console is not None:
-                console.print(f"[yellow]note:[/yellow] {repaired}", highlight=False)
     else:
         (out / SAMPLES_FILE).unlink(missing_ok=True)
     (out / RUN_FILE).write_text(json.dumps(config.run_record(), indent=2) + "\n", encoding="utf-8")
+    return repaired
 
 
 def task_id(sample: Sample, position: int) -> str:
@@ -290,6 +289,20 @@ def _tools(config: EvalConfig) -> Toolshed | RemoteToolshed:
     return Toolshed(with_profile(config.toolset, config.profile), seed=config.seed)
 
 
+def _log_episode(trajectory: Trajectory, score: dict[str, Any]) -> None:
+    """One line per finished episode (debug), and its error where it has one (warning)."""
+    logger.debug(
+        "%s: score %.3f, %d turns, %d tool calls, %s",
+        trajectory.task_id,
+        float(score.get("score", 0.0)),
+        trajectory.turns,
+        len(trajectory.tool_calls),
+        trajectory.finish_reason,
+    )
+    if trajectory.error:
+        logger.warning("%s: %s", trajectory.task_id, trajectory.error)
+
+
 async def _run_pending(
     policy: Policy,
     toolshed: ToolProvider,
@@ -309,6 +322,7 @@ async def _run_pending(
             for trajectory in trajectories:
                 row = sample_row(pending[trajectory.task_id], trajectory, questions[trajectory.task_id])
                 writer.append(row)
+                _log_episode(trajectory, row["score"])
                 if advance is not None:
                     advance(1)
 
@@ -327,6 +341,39 @@ async def _run_pending(
 
         await run_episodes(policy, toolshed, inputs, config=config.rollout, on_result=on_result)
         write(held)  # fewer in a row than the limit at the end: failures of the run, recorded
+
+
+async def _run_and_summarize(
+    policy: Policy, config: EvalConfig, samples: dict[str, Sample], console: Console | None
+) -> tuple[Summary, list[dict[str, Any]]]:
+    """Run the samples not done before; the summary (saved) over every row of the run, and the rows."""
+    samples_file = config.out / SAMPLES_FILE
+    done = {row.get("id") for row in read_rows(samples_file)}
+    pending = {key: sample for key, sample in samples.items() if key not in done}
+    logger.info(
+        "evaluating %s on %d samples from %s (%d done before), %s tools, seed %d, into %s",
+        policy.name,
+        len(samples),
+        config.data,
+        len(samples) - len(pending),
+        config.profile,
+        config.seed,
+        config.out,
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    if pending:
+        async with _tools(config) as toolshed:
+            await _run_pending(policy, toolshed, pending, config, console)
+    run_wall_s = loop.time() - started
+
+    rows = [row for row in unique_rows(read_rows(samples_file)) if row.get("id") in samples]
+    summary = summarize(
+        rows, policy=policy.name, profile=config.profile, data=str(config.data), run_wall_s=run_wall_s
+    )
+    summary.save(config.out / SUMMARY_FILE)
+    logger.info("%d episodes in %.1f s", len(pending), run_wall_s)
+    return summary, rows
 
 
 async def evaluate_async(
@@ -358,31 +405,13 @@ async def evaluate_async(
         on_start(config)
     samples = load_samples(config.data, config.benches, config.limit)
     with run_folder_lock(config.out):  # one writer per run folder, for the whole run
-        return await _evaluate_in_folder(policy, samples, config, console)
-
-
-async def _evaluate_in_folder(
-    policy: Policy, samples: dict[str, Sample], config: EvalConfig, console: Console | None
-) -> Summary:
-    _prepare_folder(config, console)
-    samples_file = config.out / SAMPLES_FILE
-    done = {row.get("id") for row in read_rows(samples_file)}
-    pending = {key: sample for key, sample in samples.items() if key not in done}
-
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    if pending:
-        async with _tools(config) as toolshed:
-            await _run_pending(policy, toolshed, pending, config, console)
-    run_wall_s = loop.time() - started
-
-    rows = [row for row in unique_rows(read_rows(samples_file)) if row.get("id") in samples]
-    summary = summarize(
-        rows, policy=policy.name, profile=config.profile, data=str(config.data), run_wall_s=run_wall_s
-    )
-    summary.save(config.out / SUMMARY_FILE)
-    if config.report:
-        write_report(config.out / REPORT_FILE, summary, rows, samples)
+        repaired = _prepare_folder(config)
+        with run_log(config.out):
+            if repaired:
+                logger.warning(repaired)
+            summary, rows = await _run_and_summarize(policy, config, samples, console)
+            if config.report:
+                write_report(config.out / REPORT_FILE, summary, rows, samples)
     if console is not None:
         console.print(summary_table(summary))
     return summary

@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 from spacetools import __version__
 from spacetools.cli import data, demo, eval, export, robot, serve, tools, train
+from spacetools.cli.logs import LogLevel, setup_logging
 
 
 class OneLineErrors(TyperGroup):
@@ -67,11 +68,21 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def main(
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            envvar="SPACETOOLS_LOG_LEVEL",
+            case_sensitive=False,
+            help="Diagnostics shown on stderr (run folders' run.log keep info and above).",
+        ),
+    ] = LogLevel.info,
     version: Annotated[
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
     """Tool-augmented spatial reasoning: simulated data, Toolshed tools, evaluation."""
+    setup_logging(log_level)
 
 
 app.add_typer(data.app, name="data", help="Generate and inspect SpatialSim benchmark sets.")

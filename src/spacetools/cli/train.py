@@ -1,8 +1,10 @@
 """`spacetools train`: teacher traces, SFT, GRPO with live tools, and the whole DIRL recipe.
 
-Each command takes a YAML config (`--config`) of its stage object and the few options a user sets most;
-options given on the command line win over the file. The config the run used is written into `--out`,
-and rerunning the same command into the same folder continues the run.
+Each command takes a YAML config (`--config`) of its stage object, `key=value` overrides of any of its
+settings (OmegaConf's dotlist, as in verl and TRL: `sft.epochs=2 grpo.learning_rate=1e-6`) and the few
+options a user sets most; options win over overrides, overrides over the file. The resolved config is
+written into `--out` (`config.json`), the run's log into `run.log`, and rerunning the same command into
+the same folder continues the run.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -18,24 +20,42 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.bench.runlock import run_folder_lock
+from spacetools.bench.runlog import run_log
 from spacetools.cli.options import check_device, check_model_folder, check_out_folder
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
-CONFIG_HELP = "A YAML file of settings; options given here win over it."
+CONFIG_HELP = "A YAML file of settings; KEY=VALUE overrides and options given here win over it."
+Overrides = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[KEY=VALUE]...",
+        help="Settings over the config file, OmegaConf-style: epochs=2 report_to=[tensorboard,wandb].",
+        show_default=False,
+    ),
+]
 
 
-def _config(cls: type[Any], path: Path | None, **overrides: Any) -> Any:
+def _config(cls: type[Any], path: Path | None, overrides: list[str] | None, **options: Any) -> Any:
     """Load and validate a stage config, turning every problem into one clear line (exit 2)."""
+    hint = "--config" if not overrides else "--config or KEY=VALUE"
     try:
-        return load_config(cls, path, **overrides)
+        return load_config(cls, path, overrides or (), **options)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in error.errors()
         )
-        raise typer.BadParameter(problems, param_hint="--config") from None
+        raise typer.BadParameter(problems, param_hint=hint) from None
     except (OSError, ValueError) as error:
-        raise typer.BadParameter(str(error), param_hint="--config") from None
+        raise typer.BadParameter(str(error), param_hint=hint) from None
+
+
+def _monitor(stage: str, settings: Any) -> Any:
+    from spacetools.train.monitor import StageMonitor
+
+    tensorboard = settings.out / "tensorboard"
+    config = json.loads(settings.model_dump_json())
+    return StageMonitor.reporting_to(settings.report_to, stage, settings.out, tensorboard, Console(), config)
 
 
 def _check_startup(model: Path | None, device: str) -> None:
@@ -61,14 +81,16 @@ def traces(
     teacher: str = typer.Option("scripted", "--teacher", help="scripted, openai, hf, or a model folder."),
     config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Questions per benchmark."),
+    overrides: Overrides = None,
 ) -> None:
     """Run a teacher with live tools; keep its correct episodes as multi-turn SFT data."""
     from spacetools.train.traces import collect_traces
 
     check_out_folder(out.parent)
-    settings = _config(TracesConfig, config, data=data, out=out, teacher=teacher, limit=limit)
+    settings = _config(TracesConfig, config, overrides, data=data, out=out, teacher=teacher, limit=limit)
     console = Console()
-    counts = _run(lambda: collect_traces(settings, console=console))
+    with run_log(out.parent):
+        counts = _run(lambda: collect_traces(settings, console=console))
     table = Table("family", "kept", "wrong", "fallback guess", "no answer", "error", title=f"traces: {out}")
     for family, count in counts.items():
         table.add_row(
@@ -113,16 +135,17 @@ def sft(
     data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="SFT data (JSONL)."),
     out: Path = typer.Option(..., "--out", help="Run folder: checkpoints, metrics, the trained model."),
     config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
+    overrides: Overrides = None,
 ) -> None:
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only); resumable."""
-    from spacetools.train.monitor import StageMonitor
     from spacetools.train.sft import train_sft
 
-    settings = _config(SFTConfig, config, model=model, data=data, out=check_out_folder(out))
+    settings = _config(SFTConfig, config, overrides, model=model, data=data, out=check_out_folder(out))
     _check_startup(settings.model, settings.device)
     with contextlib.ExitStack() as held:
-        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before TensorBoard writes there
-        progress = held.enter_context(StageMonitor("sft", settings.out / "tensorboard", Console()))
+        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before anything writes there
+        held.enter_context(run_log(settings.out))
+        progress = held.enter_context(_monitor("sft", settings))
         trained = _run(lambda: train_sft(settings, progress=progress))
     typer.echo(f"trained model: {trained}")
 
@@ -136,18 +159,25 @@ def grpo(
     out: Path = typer.Option(..., "--out", help="Run folder: checkpoints, metrics, the trained model."),
     config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
     toolshed_url: str | None = typer.Option(None, "--toolshed-url", help="A running Toolshed server."),
+    overrides: Overrides = None,
 ) -> None:
     """Multi-turn GRPO with live tools; resumable."""
     from spacetools.train.grpo import train_grpo
-    from spacetools.train.monitor import StageMonitor
 
     settings = _config(
-        GRPOConfig, config, model=model, data=data, out=check_out_folder(out), toolshed_url=toolshed_url
+        GRPOConfig,
+        config,
+        overrides,
+        model=model,
+        data=data,
+        out=check_out_folder(out),
+        toolshed_url=toolshed_url,
     )
     _check_startup(settings.model, settings.device)
     with contextlib.ExitStack() as held:
-        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before TensorBoard writes there
-        progress = held.enter_context(StageMonitor("grpo", settings.out / "tensorboard", Console()))
+        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before anything writes there
+        held.enter_context(run_log(settings.out))
+        progress = held.enter_context(_monitor("grpo", settings))
         trained = _run(lambda: train_grpo(settings, progress=progress))
     typer.echo(f"trained model: {trained}")
 
@@ -158,15 +188,19 @@ def dirl(
         ..., "--config", exists=True, dir_okay=False, help="e.g. configs/dirl-tiny.yaml"
     ),
     out: Path = typer.Option(..., "--out", help="Run folder; rerun the same command to continue it."),
+    overrides: Overrides = None,
 ) -> None:
-    """The whole DIRL recipe: traces, SFT, GRPO with live tools, an evaluation after each stage."""
+    """The whole DIRL recipe: traces, SFT, GRPO with live tools, an evaluation after each stage.
+
+    e.g. `spacetools train dirl --config configs/dirl-tiny.yaml --out runs/d sft.epochs=2 grpo.steps=5`
+    """
     from spacetools.train.dirl import EVALUATIONS, RESULTS_FILE, mean_headline, run_dirl, valid_turn_rate
     from spacetools.train.gains import RewardGain
 
-    settings = _config(DIRLConfig, config)
+    settings = _config(DIRLConfig, config, overrides)
     _check_startup(None if settings.base_model == "tiny" else Path(settings.base_model), settings.device)
     console = Console()
-    summaries = _run(lambda: run_dirl(settings, check_out_folder(out), report=typer.echo, console=console))
+    summaries = _run(lambda: run_dirl(settings, check_out_folder(out), console=console))
     table = Table("benchmark (headline)", *(EVALUATIONS[stage] for stage in summaries), title=f"DIRL ({out})")
     keys = sorted({key for summary in summaries.values() for key in summary.benchmarks})
     for key in keys:

@@ -1,7 +1,8 @@
 """Prometheus metrics: the Toolshed's statistics (`Toolshed.stats()`) in the Prometheus text format.
 
-Served as `GET /metrics` beside `GET /stats`. Counters keep Prometheus' `_total` suffix; latencies are
-the router's recent percentiles, as gauges with a `quantile` label.
+Served as `GET /metrics` beside `GET /stats`. Counters keep Prometheus' `_total` suffix; call latency and
+queue wait are histograms (`_bucket{le=...}`, `_sum`, `_count` since the server started), so a scraper
+sums them over servers and takes any quantile (`histogram_quantile`); `/stats` keeps recent percentiles.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 __all__ = ["CONTENT_TYPE", "render_metrics"]
 
@@ -24,7 +26,6 @@ _TOOL_COUNTERS = {
     "crashes": "Instances that died.",
     "restarts": "Instances started to replace dead or hung ones.",
 }
-_QUANTILES = {"p50": "0.5", "p90": "0.9", "p99": "0.99"}
 _TOOL_GAUGES = {
     "instances": "Instances in the pool.",
     "queue_depth": "Calls waiting for a free instance.",
@@ -57,17 +58,18 @@ class _StatsCollector(Collector):
                 gauge.add_metric([name], tool[key])
             yield gauge
         for key, help_text in (
-            ("latency_ms", "Recent call latency (queue wait included), seconds."),
-            ("queue_wait_ms", "Recent wait for a free instance, seconds."),
+            ("latency", "Call latency (queue wait included), seconds."),
+            ("queue_wait", "Wait for a free instance, seconds."),
         ):
-            gauge = GaugeMetricFamily(
-                f"{_PREFIX}_tool_{key.removesuffix('_ms')}_seconds", help_text, labels=["tool", "quantile"]
-            )
+            histogram = HistogramMetricFamily(f"{_PREFIX}_tool_{key}_seconds", help_text, labels=["tool"])
             for name, tool in tools.items():
-                for quantile, value in tool[key].items():
-                    if value is not None:
-                        gauge.add_metric([name, _QUANTILES[quantile]], value / 1000.0)
-            yield gauge
+                counts = tool[f"{key}_histogram"]
+                buckets = [
+                    ("+Inf" if bound is None else floatToGoString(bound), count)
+                    for bound, count in counts["buckets"]
+                ]
+                histogram.add_metric([name], buckets, counts["sum_s"])
+            yield histogram
         yield from self._batching(tools)
         yield from self._autoscaling(tools)
         yield from self._sessions()

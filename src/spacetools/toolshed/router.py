@@ -13,6 +13,7 @@ before it counts as failing.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +28,31 @@ from spacetools.toolshed.backends.base import Instance, InstanceCrashed, SetupFa
 __all__ = ["ToolRouter", "ToolStats"]
 
 _LATENCY_WINDOW = 10_000
+# Histogram bounds, seconds: from a vision op's millisecond to a model call's minute (Prometheus `le`).
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass
+class Histogram:
+    """Observations counted per bucket since the router started, for Prometheus' histogram type (which a
+    scraper can sum over servers and turn into any quantile, unlike recent percentiles)."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))  # the last: +Inf
+    sum_s: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        self.sum_s += seconds
+
+    def snapshot(self) -> dict[str, Any]:
+        """Cumulative counts per upper bound (`None`: +Inf), the sum and the count of observations."""
+        cumulative, total = [], 0
+        for bound, count in zip((*LATENCY_BUCKETS_S, None), self.counts, strict=True):
+            total += count
+            cumulative.append([bound, total])
+        return {"buckets": cumulative, "sum_s": self.sum_s, "count": total}
+
+
 _FIRST_RETRY_S = 0.5
 _MAX_RETRY_S = 30.0
 #: How often idle instances are checked for death (each check is a look at a flag per instance).
@@ -37,7 +63,7 @@ _QUICK_RETRIES = 3
 
 @dataclass
 class ToolStats:
-    """Counters and recent latencies of one tool."""
+    """Counters, recent latencies and latency histograms of one tool."""
 
     calls: int = 0
     errors: int = 0
@@ -49,14 +75,18 @@ class ToolStats:
     cancelled: int = 0
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     waits_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+    latency_histogram: Histogram = field(default_factory=Histogram)
+    wait_histogram: Histogram = field(default_factory=Histogram)
 
     def record(self, result: ToolResult, latency_s: float, wait_s: float | None = None) -> None:
         """Count one finished call (`wait_s` is None when the call never reached the queue)."""
         self.calls += 1
         self.errors += int(result.is_error)
         self.latencies_s.append(latency_s)
+        self.latency_histogram.observe(latency_s)
         if wait_s is not None:
             self.waits_s.append(wait_s)
+            self.wait_histogram.observe(wait_s)
 
 
 def _percentiles_ms(samples: deque[float]) -> dict[str, float | None]:
@@ -277,6 +307,8 @@ class ToolRouter:
             **self.availability(),
             "latency_ms": _percentiles_ms(stats.latencies_s),
             "queue_wait_ms": _percentiles_ms(stats.waits_s),
+            "latency_histogram": stats.latency_histogram.snapshot(),
+            "queue_wait_histogram": stats.wait_histogram.snapshot(),
             "queue_depth": self._waiting,
             "busy": self._busy,
             "idle": self._free.qsize() - int(self._unavailable is not None),

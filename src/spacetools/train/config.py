@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from spacetools.toolshed.safeyaml import load_yaml
 
@@ -15,6 +26,11 @@ Config = TypeVar("Config", bound=BaseModel)
 CONFIG_FILE = "config.json"
 Thoughts = Literal["full", "empty"]
 """What SFT data keeps of a teacher's `<think>` text: all of it, or empty tags."""
+ReportTo = Literal["tensorboard", "wandb"]
+"""Where a training stage's figures go besides `metrics.jsonl` (W&B runs offline without an API key)."""
+REPORT_TO_HELP = "tensorboard (event files in the run folder) and/or wandb (offline without WANDB_API_KEY)"
+# Settings that change where figures are shown, not what is trained: a resumed run may change them.
+_NOT_COMPARED = frozenset({"report_to"})
 
 
 class SFTConfig(BaseModel):
@@ -41,18 +57,47 @@ class SFTConfig(BaseModel):
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
+    report_to: list[ReportTo] = Field(["tensorboard"], description=REPORT_TO_HELP)
 
 
-def load_config(cls: type[Config], path: str | Path | None = None, **overrides: Any) -> Config:
-    """A config from a YAML file (optional) with keyword overrides on top; pydantic says what is wrong."""
+def load_config(
+    cls: type[Config], path: str | Path | None = None, dotlist: Sequence[str] = (), **overrides: Any
+) -> Config:
+    """A config from a YAML file (optional), `key=value` overrides (`dotlist`) on it, then keyword
+    overrides on top; pydantic says what is wrong."""
     values: dict[str, Any] = {}
     if path is not None:
         loaded = load_yaml(Path(path).read_text(encoding="utf-8"), str(path)) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
         values.update(loaded)
+    values = apply_dotlist(values, dotlist)
     values.update({key: value for key, value in overrides.items() if value is not None})
     return cls.model_validate(values)
+
+
+def apply_dotlist(values: dict[str, Any], dotlist: Sequence[str]) -> dict[str, Any]:
+    """`values` with OmegaConf-style overrides on top, as verl and TRL users write them: `sft.epochs=2`
+    sets a nested setting, values are read as YAML (`1e-6`, `true`, `[tensorboard, wandb]`)."""
+    if not dotlist:
+        return values
+    from omegaconf import Container, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    merged: Container = OmegaConf.create(values)
+    for item in dotlist:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected key=value, got {item!r}")
+        try:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
+        except yaml.YAMLError as error:
+            raise ValueError(f"{item!r}: not a YAML value ({getattr(error, 'problem', error)})") from None
+        except OmegaConfBaseException as error:
+            raise ValueError(f"{item!r}: {' '.join(str(error).split())}") from None
+    resolved = OmegaConf.to_container(merged)
+    assert isinstance(resolved, dict)  # merged onto a mapping
+    return {str(key): value for key, value in resolved.items()}
 
 
 def record_config(config: BaseModel, out: Path, *, resume: bool) -> None:
@@ -76,6 +121,7 @@ def record_config(config: BaseModel, out: Path, *, resume: bool) -> None:
             key
             for key in set(recorded) | set(current)
             if recorded.get(key) != current.get(key)
+            and key not in _NOT_COMPARED
             and not (
                 isinstance(getattr(config, key, None), Path)
                 and isinstance(recorded.get(key), str)
@@ -119,6 +165,7 @@ class GRPOConfig(BaseModel):
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
+    report_to: list[ReportTo] = Field(["tensorboard"], description=REPORT_TO_HELP)
 
 
 class TracesConfig(BaseModel):
@@ -203,3 +250,23 @@ class DIRLConfig(BaseModel):
     profile: str = "exact"
     seed: int = Field(0, ge=0)
     device: str = "cpu"
+    report_to: list[ReportTo] = Field(
+        ["tensorboard"], description=f"every training stage's: {REPORT_TO_HELP}"
+    )
+
+    @field_validator("universal_teacher", "irl", "sft", "grpo")
+    @classmethod
+    def _stage_settings(cls, settings: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """A stage's partial settings are checked against its stage object now, not hours into the run
+        (the paths are the recipe's, so placeholders stand in for them)."""
+        stages: dict[str, type[BaseModel]] = {"universal_teacher": TracesConfig, "sft": SFTConfig}
+        stage = stages.get(info.field_name or "", GRPOConfig)
+        placeholders = {name: "." for name in ("model", "data", "out") if name in stage.model_fields}
+        try:
+            stage.model_validate({**placeholders, **settings})
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors(include_url=False)
+            )
+            raise PydanticCustomError("stage_settings", "{problems}", {"problems": problems}) from None
+        return settings

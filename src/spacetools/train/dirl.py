@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from spacetools.agent.protocol import build_system_prompt
 from spacetools.agent.rollout import RolloutConfig
 from spacetools.bench.evaluate import EVAL_CONCURRENCY, EvalConfig, evaluate_async
 from spacetools.bench.runlock import run_folder_lock
+from spacetools.bench.runlog import run_log
 from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
 from spacetools.toolshed.shed import Toolshed
@@ -43,7 +45,7 @@ from spacetools.train.traces import collect_traces_async, mix_traces
 
 DONE = "DONE"
 RESULTS_FILE = "results.json"
-Report = Callable[[str], None]
+logger = logging.getLogger(__name__)
 # The evaluations of a run, in the order of the paper's ablation table, with their column names.
 EVALUATIONS = {
     "eval_base": "untrained",
@@ -56,18 +58,24 @@ EVALUATIONS = {
 class DIRLRun:
     """One DIRL run folder; `run()` does what is left to do."""
 
-    def __init__(
-        self, config: DIRLConfig, out: Path, report: Report = print, console: Console | None = None
-    ) -> None:
-        """`report` gets a line per stage; `console` (optional) shows progress bars within stages."""
+    def __init__(self, config: DIRLConfig, out: Path, console: Console | None = None) -> None:
+        """`console` (optional) shows progress bars within stages; each stage logs a line as it starts and
+        ends (the `spacetools.train.dirl` logger), into `run.log` of the run and of the stage's folder."""
         self.config = config
         self.out = out
-        self.report = report
         self.console = console
 
-    def monitor(self, stage: str) -> StageMonitor:
-        """The progress bar and live TensorBoard scalars of a training stage."""
-        return StageMonitor(stage, self.out / "tensorboard" / stage, self.console)
+    def monitor(self, config: SFTConfig | GRPOConfig) -> StageMonitor:
+        """The progress bar and live figures (the config's `report_to`) of the training stage in `config.out`."""
+        stage = config.out.name
+        return StageMonitor.reporting_to(
+            config.report_to,
+            stage,
+            config.out,
+            self.out / "tensorboard" / stage,
+            self.console,
+            config=json.loads(config.model_dump_json()),
+        )
 
     def stage_dir(self, name: str) -> Path:
         return self.out / name
@@ -76,18 +84,18 @@ class DIRLRun:
         """Run `work(folder)` unless the stage finished before; mark it done after."""
         folder = self.stage_dir(name)
         if (folder / DONE).is_file():
-            self.report(f"[{name}] done before, skipped")
+            logger.info("[%s] done before, skipped", name)
             return
-        folder.mkdir(parents=True, exist_ok=True)
-        self.report(f"[{name}] …")
-        started = time.perf_counter()
-        result = work(folder)
-        if asyncio.iscoroutine(result):
-            await result
-        seconds = time.perf_counter() - started
-        # Wall time of the stage's last (possibly resumed) run, for the per-stage report.
-        (folder / DONE).write_text(json.dumps({"wall_s": round(seconds, 1)}) + "\n", encoding="utf-8")
-        self.report(f"[{name}] done in {seconds:.0f} s")
+        with run_log(folder):
+            logger.info("[%s] …", name)
+            started = time.perf_counter()
+            result = work(folder)
+            if asyncio.iscoroutine(result):
+                await result
+            seconds = time.perf_counter() - started
+            # Wall time of the stage's last (possibly resumed) run, for the per-stage report.
+            (folder / DONE).write_text(json.dumps({"wall_s": round(seconds, 1)}) + "\n", encoding="utf-8")
+            logger.info("[%s] done in %.0f s", name, seconds)
 
     # The data sets and paths every stage shares.
     @property
@@ -104,11 +112,12 @@ class DIRLRun:
 
     async def run(self) -> dict[str, Summary]:
         with run_folder_lock(self.out):  # one run per folder (each stage also holds its own)
-            return await self._run()
+            record_config(self.config, self.out, resume=True)
+            with run_log(self.out):
+                return await self._run()
 
     async def _run(self) -> dict[str, Summary]:
         config = self.config
-        record_config(config, self.out, resume=True)
         families = config.data.families
         await self.stage("data", lambda folder: self._data(folder, families))
         await self.stage("traces_universal", self._universal_traces)
@@ -126,7 +135,7 @@ class DIRLRun:
         if config.ablation:
             await self.stage("traces_no_irl", self._mix_without_irl)
             if self._no_irl_is_full():
-                self.report("[ablation] the IRL teacher gave no trace: DIRL without stage 1 is the full run")
+                logger.info("[ablation] the IRL teacher gave no trace: DIRL without stage 1 is the full run")
             else:
                 await self.stage("sft_no_irl", lambda folder: self._sft(folder, "traces_no_irl"))
                 await self.stage("grpo_no_irl", lambda folder: self._grpo(folder, "sft_no_irl"))
@@ -229,6 +238,7 @@ class DIRLRun:
                 "seed": self.config.seed,
                 "device": self.config.device,
                 "system_prompt": self.config.system_prompt,
+                "report_to": self.config.report_to,
                 **settings,
                 **extra,
             }
@@ -246,7 +256,7 @@ class DIRLRun:
             toolset=self.config.irl_toolset,
             benches=self._irl_benches,
         )
-        with self.monitor(folder.name) as progress:
+        with self.monitor(config) as progress:
             await train_grpo_async(config, progress=progress)
 
     async def _irl_traces(self, folder: Path) -> None:
@@ -292,7 +302,12 @@ class DIRLRun:
         return rows[0] == rows[1]
 
     def _sft(self, folder: Path, traces: str = "traces_mix") -> None:
-        settings = {"seed": self.config.seed, "device": self.config.device, **self.config.sft}
+        settings = {
+            "seed": self.config.seed,
+            "device": self.config.device,
+            "report_to": self.config.report_to,
+            **self.config.sft,
+        }
         config = SFTConfig.model_validate(
             {
                 "model": self.base_model,
@@ -301,12 +316,12 @@ class DIRLRun:
                 **settings,
             }
         )
-        with self.monitor(folder.name) as progress:
+        with self.monitor(config) as progress:
             train_sft(config, progress=progress)
 
     async def _grpo(self, folder: Path, start: str = "sft") -> None:
         config = self._grpo_config(self.config.grpo, self.stage_dir(start) / "model", folder)
-        with self.monitor(folder.name) as progress:
+        with self.monitor(config) as progress:
             await train_grpo_async(config, progress=progress)
 
 
@@ -345,11 +360,9 @@ def write_results(
     (out / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 
 
-def run_dirl(
-    config: DIRLConfig, out: Path, report: Report = print, console: Console | None = None
-) -> dict[str, Summary]:
+def run_dirl(config: DIRLConfig, out: Path, console: Console | None = None) -> dict[str, Summary]:
     """Run (or continue) DIRL into `out`; returns the evaluation summary after each stage."""
     # Held-out questions must not be the training questions.
     if config.data.train_seed == config.data.eval_seed:
         raise ValueError("data.train_seed and data.eval_seed must differ (held-out questions)")
-    return asyncio.run(DIRLRun(config, out, report, console).run())
+    return asyncio.run(DIRLRun(config, out, console).run())

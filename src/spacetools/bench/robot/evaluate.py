@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from spacetools.bench.robot.checks import Outcome, check
 from spacetools.bench.robot.tasks import CATEGORIES, RobotTask
 from spacetools.bench.runfolder import read_rows, repair_samples
 from spacetools.bench.runlock import run_folder_lock
+from spacetools.bench.runlog import run_log
 from spacetools.tools.robot.simulated import SimulatedRobots
 from spacetools.tools.robot.tool import RobotTool
 from spacetools.toolshed import ToolDeployment, Toolshed
@@ -35,6 +37,7 @@ EPISODES_FILE = "episodes.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
 DEFAULT_MAX_TURNS = 10
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -176,6 +179,24 @@ def _resume(out: Path, settings: dict[str, Any], resume: bool) -> dict[str, dict
     return {row["id"]: row for row in read_rows(episodes)}
 
 
+def _log_episode(result: EpisodeResult) -> None:
+    outcome = result.outcome
+    logger.debug(
+        "%s: %d/%d points in %.1f s (%s)",
+        result.task.id,
+        outcome.points,
+        outcome.possible,
+        result.wall_s,
+        outcome.reason or result.trajectory.finish_reason,
+    )
+    if result.trajectory.error:
+        logger.warning("%s: %s", result.task.id, result.trajectory.error)
+
+
+def _points(results: list[EpisodeResult]) -> tuple[int, int]:
+    return sum(r.outcome.points for r in results), sum(r.outcome.possible for r in results)
+
+
 async def evaluate_robot(
     policy: Policy,
     tasks: Sequence[RobotTask | Callable[[], RobotTask]],
@@ -207,7 +228,7 @@ async def evaluate_robot(
     }
     if out_dir is None:
         return await _evaluate_robot(policy, tasks, settings, concurrency, None, {}, on_result)
-    with run_folder_lock(out_dir) as out:
+    with run_folder_lock(out_dir) as out, run_log(out):
         done = _resume(out, settings, resume)
         return await _evaluate_robot(policy, tasks, settings, concurrency, out, done, on_result)
 
@@ -225,6 +246,7 @@ async def _evaluate_robot(
     robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
     semaphore = asyncio.Semaphore(concurrency)
 
+    logger.info("robot evaluation of %s: %d tasks, %s tools, seed %d", policy.name, len(tasks), profile, seed)
     async with Toolshed(with_profile(robot_toolset(robots), profile), seed=seed) as toolshed:
 
         async def one(task_or_builder: RobotTask | Callable[[], RobotTask]) -> EpisodeResult:
@@ -238,6 +260,7 @@ async def _evaluate_robot(
                     result = EpisodeResult.from_row(task, done[task.id])
                 else:
                     result = await run_robot_episode(policy, toolshed, robots, task, max_turns, seed)
+                    _log_episode(result)
                     if out is not None:
                         with (out / EPISODES_FILE).open("a") as stream:
                             stream.write(json.dumps(result.row()) + "\n")
@@ -255,4 +278,5 @@ async def _evaluate_robot(
         summary = [{**asdict(s), "success_rate": s.success_rate} for s in summarize(results)]
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         write_robot_report(results, out)
+    logger.info("%d episodes, %d of %d points", len(results), *_points(results))
     return results
