@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DONE_FILE = "CONVERTED"  # written last: a folder without it is a conversion that did not finish
 
@@ -86,7 +87,7 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # The weights are already dequantised: detach the GGUF quantizer, or save_pretrained refuses.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
