@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraints
 
 Config = TypeVar("Config", bound=BaseModel)
 CONFIG_FILE = "config.json"
 Thoughts = Literal["full", "empty"]
 """What SFT data keeps of a teacher's `<think>` text: all of it, or empty tags."""
+Trainable = Annotated[str, StringConstraints(pattern=r"^(full|lora|last_layers:[1-9][0-9]*)$")]
+"""Which weights a stage trains: `full`, `lora`, or `last_layers:N` (see `spacetools.train.trainable`)."""
+
+
+class LoraSettings(BaseModel):
+    """The LoRA adapter of `trainable: lora` (peft's `LoraConfig`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: PositiveInt = 16
+    alpha: PositiveInt = 32
+    dropout: float = Field(0.0, ge=0, lt=1)
+    targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="module names the adapter wraps (the language model's attention projections)",
+    )
 
 
 class SFTConfig(BaseModel):
@@ -39,6 +55,8 @@ class SFTConfig(BaseModel):
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
+    trainable: Trainable = Field("full", description="full, last_layers:N or lora")
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
 
 
 def load_config(cls: type[Config], path: str | Path | None = None, **overrides: Any) -> Config:
@@ -98,6 +116,8 @@ class GRPOConfig(BaseModel):
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
+    trainable: Trainable = Field("full", description="full, last_layers:N or lora")
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
 
 
 class TracesConfig(BaseModel):

@@ -68,7 +68,7 @@ class PolicyLoss:
     loss: torch.Tensor  # scalar, what `backward()` is called on
     policy_loss: float
     kl: float
-    clip_fraction: float  # share of model tokens whose ratio was clipped
+    clip_fraction: float  # share of model tokens whose clip was active (no gradient for the advantage's sign)
 
 
 def grpo_loss(
@@ -92,7 +92,11 @@ def grpo_loss(
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
     policy = masked_mean(-torch.minimum(unclipped, clipped), mask)
     kl = masked_mean(kl_low_variance(logp, ref_logp), mask) if ref_logp is not None else logp.new_zeros(())
-    was_clipped = ((ratio - 1.0).abs() > clip_eps).to(logp.dtype)
+    # A clip acts only where it takes the gradient away: above 1 + eps for a positive advantage, below
+    # 1 - eps for a negative one (on the other side min() keeps the unclipped term).
+    was_clipped = (((ratio > 1.0 + clip_eps) & (adv > 0)) | ((ratio < 1.0 - clip_eps) & (adv < 0))).to(
+        logp.dtype
+    )
     return PolicyLoss(
         loss=policy + kl_coef * kl,
         policy_loss=float(policy.detach()),
