@@ -176,7 +176,7 @@ async def train_grpo_async(
                 model.train()
                 examples = [policy.example(t.task_id) for t in trajectories]
                 tokens = sum(int(e.mask.sum()) for e in examples)
-                kl = clip = policy_loss = 0.0
+                kl = clip = policy_loss = drift = 0.0
                 for example, advantage in zip(examples, advantages, strict=True):
                     mask = example.mask.unsqueeze(0).to(config.device)  # (1, T)
                     logp = forward_logprobs(
@@ -203,6 +203,8 @@ async def train_grpo_async(
                         clip_eps=config.clip_eps,
                         kl_coef=config.kl_coef,
                     )
+                    # Every episode is scored before the update: the ratio must be 1 (sampled and scored alike).
+                    drift = max(drift, float(((logp.detach() - old_logp).abs() * mask).max()))
                     weight = int(mask.sum()) / max(tokens, 1)
                     (out.loss * weight).backward()
                     kl += out.kl * weight
@@ -222,6 +224,7 @@ async def train_grpo_async(
                     "kl": kl,
                     "entropy": policy.entropy,
                     "clip_fraction": clip,
+                    "ratio_drift": drift,  # max |log ratio| before the update (0 when on-policy)
                     "grad_norm": float(grad_norm),
                     "model_tokens": tokens,
                     "generation_s": generated - started,
