@@ -174,7 +174,7 @@ class DIRLConfig(BaseModel):
     """The whole DIRL recipe: teacher traces, SFT, GRPO with live tools, an evaluation after each stage.
 
     Stage settings are partial configs of the stage objects (paths are filled in by the recipe).
-    `base_model` is a local model folder, or `tiny` to build one. The teaching phase mixes traces of the
+    `base_model` is a local model folder, a known pretrained base (`smollm2-135m`), or `tiny` to build one. The teaching phase mixes traces of the
     IRL teacher (the base model after stage-1 GRPO with one pointing tool) and of the universal teacher at
     `mix` (the paper: 1:3).
     """
@@ -202,3 +202,6 @@ class DIRLConfig(BaseModel):
     profile: str = "exact"
     seed: int = Field(0, ge=0)
     device: str = "cpu"
+    turn_check: bool = Field(
+        True, description="refuse families the turn limits cannot finish (off: a plumbing smoke test)"
+    )
