@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 
-.PHONY: install demo test fuzz test-verl lint format bench clean
+.PHONY: install demo test fuzz test-verl lint format bench gpu-check clean
 
 install: $(STAMP)
 
@@ -50,6 +50,11 @@ bench: install
 	$(BIN)/python benchmarks/toolshed_throughput.py
 	$(BIN)/python benchmarks/toolshed_scaleout.py
 	$(BIN)/python benchmarks/rollout_throughput.py
+
+# The GPU paths on one CUDA GPU (about 10 minutes): the 3B config's first SFT and GRPO steps at real
+# shapes, the SmolLM2 recipe's stages, real perception on cuda:0; figures appended to RESULTS.md.
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache
