@@ -25,6 +25,13 @@ def test_advantages_are_normalised_within_each_group() -> None:
     assert adv[4:].tolist() == [0.0, 0.0, 0.0, 0.0]  # equal rewards teach nothing
 
 
+def test_dr_grpo_advantages_are_centred_but_not_scaled() -> None:
+    rewards = torch.tensor([0.501, 0.500, 0.499, 0.500])  # a dense reward, nearly equal
+    assert group_advantages(rewards, group_size=4).abs().max() > 0.8  # std division blows 1e-3 up
+    centred = group_advantages(rewards, group_size=4, scale=False)
+    assert centred.tolist() == pytest.approx([0.001, 0.0, -0.001, 0.0], abs=1e-6)
+
+
 def test_advantages_refuse_a_batch_that_is_not_whole_groups() -> None:
     with pytest.raises(ValueError, match="prompts"):
         group_advantages(torch.zeros(5), group_size=4)

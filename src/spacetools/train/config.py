@@ -101,6 +101,7 @@ class GRPOConfig(BaseModel):
     group_size: int = Field(5, ge=2, description="episodes per prompt (GRPO's n)")
     learning_rate: float = Field(1e-6, gt=0)
     clip_eps: float = Field(0.2, gt=0)
+    scale_rewards: bool = Field(True, description="divide by the group's reward std; false: Dr. GRPO")
     kl_coef: float = Field(0.01, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)

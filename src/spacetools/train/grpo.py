@@ -170,7 +170,7 @@ async def train_grpo_async(
 
                 # 2. Reward and advantages: rewards (B,) -> advantages (B,), normalised within each group.
                 rewards = torch.tensor([float((t.score or {}).get("score", 0.0)) for t in trajectories])
-                advantages = group_advantages(rewards, n)
+                advantages = group_advantages(rewards, n, scale=config.scale_rewards)
 
                 # 3. One policy-gradient step, token-mean over the batch, one episode at a time.
                 model.train()
