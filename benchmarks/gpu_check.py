@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -105,6 +106,7 @@ def check_3b(model: Path | None, out: Path, figures: dict[str, Any]) -> None:
         {**recipe.sft, "model": model, "data": traces, "out": out / "sft", "device": DEVICE, "epochs": 1}
     )
     timed(figures, f"3b_sft_first_step ({len(rows)} episodes)", lambda: train_sft(sft, resume=False))
+    shutil.rmtree(out / "sft")  # 30 GB of checkpoint (bf16 weights and AdamW state): the disk has 64
     grpo = GRPOConfig.model_validate(
         {
             **recipe.grpo,
@@ -124,6 +126,7 @@ def check_3b(model: Path | None, out: Path, figures: dict[str, Any]) -> None:
     )
     metrics = (out / "grpo" / "metrics.jsonl").read_text().splitlines()
     figures["3b_grpo_ratio_drift"] = json.loads(metrics[-1])["ratio_drift"]
+    shutil.rmtree(out / "grpo")
 
 
 def check_smollm2(out: Path, figures: dict[str, Any]) -> None:
