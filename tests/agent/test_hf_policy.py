@@ -193,3 +193,56 @@ def test_bad_options_give_clear_errors(tmp_path: Path) -> None:
 def test_module_imports_without_torch() -> None:
     code = "import sys, spacetools.agent.policies.hf; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.slow
+def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path: Path) -> None:
+    """The real pretrained base (converted once, cached) drives an episode; its images go to the tools."""
+    from smollm2 import smollm2_folder
+    from spacetools.agent.rollout import RolloutConfig, run_episodes
+    from spacetools.bench.evaluate import episode_input, load_samples
+    from spacetools.bench.spatialsim.generator import generate_group, write_families
+    from spacetools.tools.models.language import TEXT_ONLY_NOTE
+    from spacetools.toolshed.shed import Toolshed
+
+    write_families(tmp_path, {"reflocation": generate_group(0, "reflocation", 0, 1)})
+    (task_id, sample), *_ = load_samples(tmp_path).items()
+    prompt = (
+        'Call a tool as <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answer as <answer>...</answer>.\n'
+        'Example: <tool_call>{"name": "roborefer.detect_one", "arguments": {"obj_name": "red mug", '
+        '"image_index": 0}}</tool_call>\nTools: {tools}'
+    )
+    policy = HFPolicy(str(smollm2_folder()), max_new_tokens=40)
+    assert not policy.vision
+    seen: list[str] = []  # the prompts the model read
+
+    class RecordingPolicy:
+        name = policy.name
+
+        async def act(self, state: EpisodeState) -> str:
+            conversation, images = convert_messages(
+                state.messages, state.images, native_tool_role=policy.native_tool_role, vision=False
+            )
+            prompt = policy.processor.apply_chat_template(
+                conversation, add_generation_prompt=True, tokenize=False
+            )
+            seen.append(prompt)
+            assert images == []
+            return await policy.act(state)
+
+    async def run() -> list[Any]:
+        async with Toolshed("v1", profile="exact", seed=0) as tools:
+            config = RolloutConfig(max_turns=3, system_prompt=prompt, concurrency=1)
+            try:
+                inputs = [episode_input(sample, task_id)]
+                return list(await run_episodes(RecordingPolicy(), tools, inputs, config=config))
+            finally:
+                await policy.aclose()
+
+    (trajectory,) = asyncio.run(run())
+    assert trajectory.error is None and trajectory.turns >= 1
+    assert TEXT_ONLY_NOTE in seen[0] and "[image 0]" in seen[0]
+    assert "<|image_pad|>" not in seen[0]
+    turns = [m["content"] for m in trajectory.messages if m["role"] == "assistant"]
+    assert len(turns) == trajectory.turns and all(turns)  # the pretrained model wrote every turn
+    assert policy.stats()["new_tokens"] > 0

@@ -13,7 +13,7 @@ from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, load_conf
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["dirl-tiny.yaml", "dirl-qwen2.5-vl-3b.yaml"])
+@pytest.mark.parametrize("name", ["dirl-tiny.yaml", "dirl-qwen2.5-vl-3b.yaml", "dirl-smollm2.yaml"])
 def test_shipped_configs_validate_with_their_stage_settings(name: str, tmp_path: Path) -> None:
     config = load_config(DIRLConfig, CONFIGS / name)
     assert config.data.train_seed != config.data.eval_seed

@@ -42,6 +42,7 @@ MINIATURE = {
     "eval_max_new_tokens": 8,
     "eval_max_turns": 1,
     "ablation": True,
+    "turn_check": False,  # the plumbing on one-turn episodes, not families a model could finish
 }
 
 

@@ -40,6 +40,7 @@ def _config(model: Path, data: Path, out: Path) -> GRPOConfig:
         max_new_tokens=8,
         max_turns=2,
         checkpoint_every=1,
+        temperature=0.7,
     )
 
 
@@ -66,6 +67,8 @@ async def _runs(model: Path, data: Path, tmp_path: Path, tools: Toolshed) -> Non
     assert [row["step"] for row in rows] == [1, 2, 3]
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the first step starts at the reference
     assert all(0.0 <= row["valid_turn_rate"] <= 1.0 and row["model_tokens"] > 0 for row in rows)
+    # Sampled at temperature 0.7 and scored at it: on-policy, the ratio is 1 on every token.
+    assert all(row["ratio_drift"] < 1e-3 for row in rows)
 
     class Killed(Exception):
         pass

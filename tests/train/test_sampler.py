@@ -92,3 +92,46 @@ def test_recorded_ids_are_what_the_model_sampled_with_the_logprobs_it_sampled_th
     policy.forget()
     with pytest.raises(KeyError):
         policy.example("a#0")
+
+
+@pytest.fixture(scope="module")
+def penalised_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model saved with Qwen2.5 Instruct's `repetition_penalty: 1.05` in its generation_config."""
+    from transformers import GenerationConfig
+
+    directory: Path = tmp_path_factory.mktemp("tiny-qwen-penalty")
+    build_tiny_qwen25_vl(directory)
+    GenerationConfig(repetition_penalty=1.05, do_sample=True, temperature=0.7).save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize(("temperature", "penalised"), [(0.7, False), (1.3, False), (0.7, True)])
+def test_the_trainer_scores_the_distribution_the_sampler_sampled_from(
+    policy: TracingPolicy, penalised_model: Path, temperature: float, penalised: bool
+) -> None:
+    from transformers import AutoModelForImageTextToText
+
+    model = policy.model
+    if penalised:
+        model = AutoModelForImageTextToText.from_pretrained(penalised_model, local_files_only=True).eval()
+        assert model.generation_config.repetition_penalty == 1.05
+    sampler = TracingPolicy(model, policy.processor, temperature=temperature, max_new_tokens=12)
+    trajectories = _run(sampler, [f"t{temperature}{penalised}#0", f"t{temperature}{penalised}#1"])
+    for trajectory in trajectories:
+        example = sampler.example(trajectory.task_id)  # type: ignore[attr-defined]
+        with torch.no_grad():
+            rescored = forward_logprobs(model, example, "cpu", sampler.blocked, temperature=temperature)[0]
+        mask = example.mask.bool()
+        assert example.logprobs is not None and mask.sum() > 10
+        # The on-policy ratio exp(logp - old_logp) is 1 on every sampled token.
+        ratio = (rescored[mask] - example.logprobs[mask]).exp()
+        assert torch.allclose(ratio, torch.ones_like(ratio), atol=1e-3), (ratio.min(), ratio.max())
+
+
+def test_a_checkpoint_processor_the_trainer_cannot_score_is_refused(penalised_model: Path) -> None:
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(penalised_model, local_files_only=True)
+    model.generation_config.min_p = 0.05
+    with pytest.raises(ValueError, match="min_p"):
+        TracingPolicy(model, load_processor(penalised_model))

@@ -15,7 +15,7 @@ from spacetools.cli.main import app
 from spacetools.toolshed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.train.config import TracesConfig
-from spacetools.train.traces import collect_traces_async, mix_traces, rejection
+from spacetools.train.traces import collect_traces_async, kept_metric, mix_traces, rejection
 
 
 def test_the_expert_s_correct_episodes_become_sft_rows(tmp_path: Path) -> None:
@@ -80,6 +80,16 @@ def test_an_episode_is_kept_only_when_correct_answered_and_measured(
     changes: dict[str, object], reason: str | None
 ) -> None:
     assert rejection(_trajectory(**changes), threshold=1.0) == reason
+
+
+def test_pointing_traces_are_kept_on_points_inside_the_mask_not_on_the_dense_reward() -> None:
+    # A guess near the object but outside its mask: NNDC 0.6 passed the old 0.5 threshold.
+    near_miss = _trajectory(data_source="spatialsim_reflocation", score={"score": 0.6, "acc": 0.0})
+    metric = kept_metric("spatialsim_reflocation")
+    assert metric == "acc" and kept_metric("spatialsim_cvb2drelation") == "score"
+    assert rejection(near_miss, threshold=1.0, metric=metric) == "wrong"
+    inside = _trajectory(data_source="spatialsim_reflocation", score={"score": 0.3, "acc": 1.0})
+    assert rejection(inside, threshold=1.0, metric=metric) is None
 
 
 def test_sources_mix_at_their_weights_without_repeating_rows(tmp_path: Path) -> None:

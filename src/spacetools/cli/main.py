@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from spacetools import __version__
-from spacetools.cli import data, demo, eval, export, robot, serve, tools, train
+from spacetools.cli import data, demo, eval, export, models, robot, serve, tools, train
 from spacetools.cli.logs import LogLevel, setup_logging
 
 
@@ -91,6 +91,7 @@ app.add_typer(eval.app, name="eval", help="Evaluate a policy on benchmarks with 
 app.add_typer(export.app, name="export", help="Export configs for other frameworks (verl).")
 app.add_typer(robot.app, name="robot", help="The simulated robot: its HTTP API and the robot benchmark.")
 app.add_typer(train.app, name="train", help="DIRL training: teacher traces, SFT, GRPO with live tools.")
+app.add_typer(models.app, name="models", help="Pretrained base models that run here (converted once).")
 app.command(name="demo")(demo.demo)
 app.command(name="serve", help="Serve a tool set over HTTP.")(serve.serve)
 

@@ -194,11 +194,14 @@ def dirl(
 
     e.g. `spacetools train dirl --config configs/dirl-tiny.yaml --out runs/d sft.epochs=2 grpo.steps=5`
     """
+    from spacetools.train.base_models import BASE_MODELS
     from spacetools.train.dirl import EVALUATIONS, RESULTS_FILE, mean_headline, run_dirl, valid_turn_rate
     from spacetools.train.gains import RewardGain
 
     settings = _config(DIRLConfig, config, overrides)
-    _check_startup(None if settings.base_model == "tiny" else Path(settings.base_model), settings.device)
+    # "tiny" is built by the run, a named base (smollm2-135m) converted by it; a folder must be there now.
+    named = settings.base_model == "tiny" or settings.base_model in BASE_MODELS
+    _check_startup(None if named else Path(settings.base_model).expanduser(), settings.device)
     console = Console()
     summaries = _run(lambda: run_dirl(settings, check_out_folder(out), console=console))
     table = Table("benchmark (headline)", *(EVALUATIONS[stage] for stage in summaries), title=f"DIRL ({out})")

@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveInt,
+    StringConstraints,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -31,6 +32,22 @@ ReportTo = Literal["tensorboard", "wandb"]
 REPORT_TO_HELP = "tensorboard (event files in the run folder) and/or wandb (offline without WANDB_API_KEY)"
 # Settings that change where figures are shown, not what is trained: a resumed run may change them.
 _NOT_COMPARED = frozenset({"report_to"})
+Trainable = Annotated[str, StringConstraints(pattern=r"^(full|lora|last_layers:[1-9][0-9]*)$")]
+"""Which weights a stage trains: `full`, `lora`, or `last_layers:N` (see `spacetools.train.trainable`)."""
+
+
+class LoraSettings(BaseModel):
+    """The LoRA adapter of `trainable: lora` (peft's `LoraConfig`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: PositiveInt = 16
+    alpha: PositiveInt = 32
+    dropout: float = Field(0.0, ge=0, lt=1)
+    targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="module names the adapter wraps (the language model's attention projections)",
+    )
 
 
 class SFTConfig(BaseModel):
@@ -58,6 +75,8 @@ class SFTConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
     report_to: list[ReportTo] = Field(["tensorboard"], description=REPORT_TO_HELP)
+    trainable: Trainable = Field("full", description="full, last_layers:N or lora")
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
 
 
 def load_config(
@@ -150,6 +169,7 @@ class GRPOConfig(BaseModel):
     group_size: int = Field(5, ge=2, description="episodes per prompt (GRPO's n)")
     learning_rate: float = Field(1e-6, gt=0)
     clip_eps: float = Field(0.2, gt=0)
+    scale_rewards: bool = Field(True, description="divide by the group's reward std; false: Dr. GRPO")
     kl_coef: float = Field(0.01, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)
@@ -166,6 +186,8 @@ class GRPOConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
     report_to: list[ReportTo] = Field(["tensorboard"], description=REPORT_TO_HELP)
+    trainable: Trainable = Field("full", description="full, last_layers:N or lora")
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
 
 
 class TracesConfig(BaseModel):
@@ -222,7 +244,7 @@ class DIRLConfig(BaseModel):
     """The whole DIRL recipe: teacher traces, SFT, GRPO with live tools, an evaluation after each stage.
 
     Stage settings are partial configs of the stage objects (paths are filled in by the recipe).
-    `base_model` is a local model folder, or `tiny` to build one. The teaching phase mixes traces of the
+    `base_model` is a local model folder, a known pretrained base (`smollm2-135m`), or `tiny` to build one. The teaching phase mixes traces of the
     IRL teacher (the base model after stage-1 GRPO with one pointing tool) and of the universal teacher at
     `mix` (the paper: 1:3).
     """
@@ -250,6 +272,9 @@ class DIRLConfig(BaseModel):
     profile: str = "exact"
     seed: int = Field(0, ge=0)
     device: str = "cpu"
+    turn_check: bool = Field(
+        True, description="refuse families the turn limits cannot finish (off: a plumbing smoke test)"
+    )
     report_to: list[ReportTo] = Field(
         ["tensorboard"], description=f"every training stage's: {REPORT_TO_HELP}"
     )

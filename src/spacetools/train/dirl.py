@@ -33,10 +33,12 @@ from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
+from spacetools.train.base_models import BASE_MODELS, get_base_model
 from spacetools.train.checkpoint import METRICS_FILE
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, TracesConfig, record_config
 from spacetools.train.gains import RewardGain, reward_gain
 from spacetools.train.grpo import train_grpo_async
+from spacetools.train.limits import check_turn_limits
 from spacetools.train.monitor import StageMonitor
 from spacetools.train.plots import plot_stage, read_metrics
 from spacetools.train.sft import train_sft
@@ -108,7 +110,11 @@ class DIRLRun:
 
     @property
     def base_model(self) -> Path:
-        return Path(self.config.base_model) if self.config.base_model != "tiny" else self.stage_dir("base")
+        name = self.config.base_model
+        if name == "tiny":
+            return self.stage_dir("base")
+        # A known pretrained base by name (`spacetools models get`), converted on first use.
+        return get_base_model(name) if name in BASE_MODELS else Path(name).expanduser()
 
     async def run(self) -> dict[str, Summary]:
         with run_folder_lock(self.out):  # one run per folder (each stage also holds its own)
@@ -365,4 +371,5 @@ def run_dirl(config: DIRLConfig, out: Path, console: Console | None = None) -> d
     # Held-out questions must not be the training questions.
     if config.data.train_seed == config.data.eval_seed:
         raise ValueError("data.train_seed and data.eval_seed must differ (held-out questions)")
+    check_turn_limits(config)
     return asyncio.run(DIRLRun(config, out, console).run())

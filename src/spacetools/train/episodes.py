@@ -7,10 +7,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
-from spacetools.agent.chat import to_chat_messages
+from spacetools.agent.policies.hf import convert_messages
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
-from spacetools.train.objectives import token_logprobs
+from spacetools.tools.models.language import has_vision
+
+LOGPROB_CHUNK = 1024  # positions whose (chunk, V) logits exist at once while scoring an episode
 
 
 @dataclass
@@ -25,14 +28,8 @@ class Example:
 
 def encode_episode(processor: Any, messages: list[dict[str, Any]], images: list[np.ndarray]) -> Example:
     """Token ids of an episode as its model's chat template renders it, with the assistant mask."""
-    ordered: list[np.ndarray] = []
-
-    def image_part(index: int) -> dict[str, Any]:
-        ordered.append(images[index])
-        return {"type": "image"}
-
     native = "<tool_response>" in str(processor.chat_template or "")
-    chat = to_chat_messages(messages, len(images), image_part, native_tool_role=native)
+    chat, ordered = convert_messages(messages, images, native_tool_role=native, vision=has_vision(processor))
     tokenizer = ProcessorTokenizer(processor, ordered)
     eos = processor.tokenizer.convert_tokens_to_ids(processor.tokenizer.eos_token)
     first = next((i for i, message in enumerate(chat) if message["role"] == "assistant"), len(chat))
@@ -69,22 +66,48 @@ def vision_token_ids(tokenizer: Any) -> list[int]:
 
 
 def forward_logprobs(
-    model: Any, example: Example, device: str, blocked: list[int] | None = None
+    model: Any,
+    example: Example,
+    device: str,
+    blocked: list[int] | None = None,
+    *,
+    temperature: float = 1.0,
+    chunk: int = LOGPROB_CHUNK,
 ) -> torch.Tensor:
-    """`(1, T)` log-probabilities of the episode's tokens under `model` (0 at position 0).
+    """`(1, T)` log-probabilities of the episode's model tokens (mask 1) under `model`; 0 elsewhere.
 
-    `blocked` token ids get no probability, as when they were suppressed while sampling, so the
-    distribution here is the one the tokens were sampled from.
+    Scored as they were sampled: logits divided by the sampling `temperature` (as TRL does), `blocked`
+    token ids given no probability (they were suppressed while sampling). Only the model's own tokens
+    are scored, `chunk` positions at a time, each chunk's logits recomputed in the backward pass: the
+    memory is `(chunk, V)`, not the `(T, V)` float32 log-softmax of the whole episode.
     """
     ids = example.ids.unsqueeze(0).to(device)  # (1, T)
     vision = {key: value.to(device) for key, value in example.vision.items()}
-    logits = model(input_ids=ids, **vision).logits  # (1, T, V)
-    if not blocked:
-        return token_logprobs(logits, ids)
-    logits = logits.float().index_fill(-1, torch.tensor(blocked, device=logits.device), float("-inf"))
-    logp = token_logprobs(logits, ids)
-    # The prompt's own image tokens now score -inf; they are context (mask 0), so give them 0.
-    return logp.masked_fill(torch.isinf(logp), 0.0)
+    targets = example.mask.to(device).nonzero().squeeze(-1)  # (N,) positions the model wrote
+    targets = targets[targets > 0]  # no logit predicts position 0
+    # The last hidden state, without the (T, V) logits (only the last position's are computed).
+    out = model(input_ids=ids, **vision, output_hidden_states=True, logits_to_keep=1)
+    hidden = out.hidden_states[-1][0]  # (T, H)
+    head = model.get_output_embeddings()
+    blocked_ids = torch.tensor(blocked or [], dtype=torch.long, device=hidden.device)
+
+    def score(states: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:  # (C, H), (C,) -> (C,)
+        logits = head(states).float() / temperature  # (C, V)
+        if len(blocked_ids):
+            logits = logits.index_fill(-1, blocked_ids, float("-inf"))
+        return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+    picked = []
+    for positions in targets.split(chunk):
+        states, tokens = hidden[positions - 1], ids[0, positions]
+        if torch.is_grad_enabled():
+            picked.append(checkpoint(score, states, tokens, use_reentrant=False))
+        else:
+            picked.append(score(states, tokens))
+    logp = torch.zeros(ids.shape[1], device=hidden.device, dtype=torch.float32)
+    if picked:
+        logp = logp.index_put((targets,), torch.cat(picked))
+    return logp.unsqueeze(0)
 
 
 def join_vision(chunks: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

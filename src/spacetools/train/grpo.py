@@ -27,7 +27,7 @@ from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
 from spacetools.bench.runlock import run_folder_lock
-from spacetools.tools.models.runtime import load_processor
+from spacetools.tools.models.language import load_chat_processor, load_language_model
 from spacetools.toolshed import ToolProvider
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.shed import Toolshed
@@ -45,23 +45,26 @@ from spacetools.train.config import GRPOConfig, TracesConfig, record_config
 from spacetools.train.episodes import forward_logprobs
 from spacetools.train.objectives import group_advantages, grpo_loss
 from spacetools.train.sampler import TracingPolicy
+from spacetools.train.trainable import load_for_training, trainable_parameters
 
 CHECKPOINT_DIR = "checkpoint"
 Progress = Callable[[int, int, dict[str, Any]], None]
 
 
-def load_model(path: Path, config: GRPOConfig, *, trainable: bool) -> Any:
-    from transformers import AutoModelForImageTextToText
-
-    model: Any = AutoModelForImageTextToText.from_pretrained(
-        path, dtype=getattr(torch, config.dtype), local_files_only=True
-    )
+def load_policy_model(path: Path, config: GRPOConfig, *, resume: bool) -> Any:
+    """The model GRPO trains, with the weights `config.trainable` names requiring gradients."""
+    dtype = getattr(torch, config.dtype)
+    model = load_for_training(path, config.trainable, config.lora, resume=resume, dtype=dtype)
     model.to(config.device)
-    if not trainable:
-        model.requires_grad_(False).eval()
-    elif config.gradient_checkpointing:
+    if config.gradient_checkpointing:
         model.activation_checkpointing_enable()
     return model
+
+
+def load_reference(config: GRPOConfig) -> Any:
+    """The frozen starting model of the KL penalty (an adapter merged into its base)."""
+    model = load_language_model(config.model, dtype=getattr(torch, config.dtype))
+    return model.to(config.device).requires_grad_(False).eval()
 
 
 @contextlib.asynccontextmanager
@@ -127,12 +130,12 @@ async def _train_grpo(
     record_config(config, config.out, resume=resume)
     torch.manual_seed(config.seed)
     samples = list(load_samples(config.data, config.benches, config.limit).items())
-    processor = load_processor(config.model)
+    processor = load_chat_processor(config.model)
     checkpoint = config.out / CHECKPOINT_DIR
     state = load_checkpoint(checkpoint) if resume else None
-    model = load_model(checkpoint / MODEL_DIR if state else config.model, config, trainable=True)
-    reference = load_model(config.model, config, trainable=False) if config.kl_coef > 0 else None
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    model = load_policy_model(checkpoint / MODEL_DIR if state else config.model, config, resume=bool(state))
+    reference = load_reference(config) if config.kl_coef > 0 else None
+    trainable = trainable_parameters(model)
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.0)
     start_step = 0
     if state is not None:
@@ -176,23 +179,29 @@ async def _train_grpo(
 
                 # 2. Reward and advantages: rewards (B,) -> advantages (B,), normalised within each group.
                 rewards = torch.tensor([float((t.score or {}).get("score", 0.0)) for t in trajectories])
-                advantages = group_advantages(rewards, n)
+                advantages = group_advantages(rewards, n, scale=config.scale_rewards)
 
                 # 3. One policy-gradient step, token-mean over the batch, one episode at a time.
                 model.train()
                 examples = [policy.example(t.task_id) for t in trajectories]
                 tokens = sum(int(e.mask.sum()) for e in examples)
-                kl = clip = policy_loss = 0.0
+                kl = clip = policy_loss = drift = 0.0
                 for example, advantage in zip(examples, advantages, strict=True):
                     mask = example.mask.unsqueeze(0).to(config.device)  # (1, T)
-                    logp = forward_logprobs(model, example, config.device, policy.blocked)  # (1, T)
+                    logp = forward_logprobs(
+                        model, example, config.device, policy.blocked, temperature=config.temperature
+                    )  # (1, T)
                     assert example.logprobs is not None
                     old_logp = example.logprobs.unsqueeze(0).to(config.device)  # (1, T)
                     ref_logp = None
                     if reference is not None:
                         with torch.no_grad():
                             ref_logp = forward_logprobs(
-                                reference, example, config.device, policy.blocked
+                                reference,
+                                example,
+                                config.device,
+                                policy.blocked,
+                                temperature=config.temperature,
                             )  # (1, T)
                     out = grpo_loss(
                         logp,
@@ -203,6 +212,8 @@ async def _train_grpo(
                         clip_eps=config.clip_eps,
                         kl_coef=config.kl_coef,
                     )
+                    # Every episode is scored before the update: the ratio must be 1 (sampled and scored alike).
+                    drift = max(drift, float(((logp.detach() - old_logp).abs() * mask).max()))
                     weight = int(mask.sum()) / max(tokens, 1)
                     (out.loss * weight).backward()
                     kl += out.kl * weight
@@ -222,6 +233,7 @@ async def _train_grpo(
                     "kl": kl,
                     "entropy": policy.entropy,
                     "clip_fraction": clip,
+                    "ratio_drift": drift,  # max |log ratio| before the update (0 when on-policy)
                     "grad_norm": float(grad_norm),
                     "model_tokens": tokens,
                     "generation_s": generated - started,

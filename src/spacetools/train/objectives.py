@@ -39,11 +39,14 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, eps: float = 1e-6, *, scale: bool = True
+) -> torch.Tensor:
     """GRPO advantages A_i = (r_i - mean(r)) / (std(r) + eps) within each group of `group_size` episodes.
 
     `rewards (B,)` with B = prompts * group_size, groups consecutive; returns `(B,)`. A group whose
-    rewards are all equal teaches nothing and gets advantage 0 everywhere.
+    rewards are all equal teaches nothing and gets advantage 0 everywhere. `scale=False` is Dr. GRPO's
+    r_i - mean(r): with a dense reward, dividing by a tiny group std turns 1e-3 differences into ±0.87.
     """
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"expected (prompts * {group_size},) rewards, got shape {tuple(rewards.shape)}")
@@ -51,6 +54,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     mean = groups.mean(dim=1, keepdim=True)
     std = groups.std(dim=1, keepdim=True, unbiased=True) if group_size > 1 else torch.zeros_like(mean)
     centred = groups - mean
+    if not scale:
+        return centred.view(-1)
     return torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred)).view(-1)
 
 
@@ -68,7 +73,7 @@ class PolicyLoss:
     loss: torch.Tensor  # scalar, what `backward()` is called on
     policy_loss: float
     kl: float
-    clip_fraction: float  # share of model tokens whose ratio was clipped
+    clip_fraction: float  # share of model tokens whose clip was active (no gradient for the advantage's sign)
 
 
 def grpo_loss(
@@ -92,7 +97,11 @@ def grpo_loss(
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
     policy = masked_mean(-torch.minimum(unclipped, clipped), mask)
     kl = masked_mean(kl_low_variance(logp, ref_logp), mask) if ref_logp is not None else logp.new_zeros(())
-    was_clipped = ((ratio - 1.0).abs() > clip_eps).to(logp.dtype)
+    # A clip acts only where it takes the gradient away: above 1 + eps for a positive advantage, below
+    # 1 - eps for a negative one (on the other side min() keeps the unclipped term).
+    was_clipped = (((ratio > 1.0 + clip_eps) & (adv > 0)) | ((ratio < 1.0 - clip_eps) & (adv < 0))).to(
+        logp.dtype
+    )
     return PolicyLoss(
         loss=policy + kl_coef * kl,
         policy_loss=float(policy.detach()),

@@ -14,12 +14,12 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from spacetools.agent.chat import to_chat_messages
+from spacetools.agent.policies.hf import convert_messages
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
 from spacetools.agent.types import EpisodeState
+from spacetools.tools.models.language import has_vision
 from spacetools.train.episodes import Example, join_vision, vision_token_ids
 from spacetools.train.objectives import token_entropy
 
@@ -53,6 +53,8 @@ class TracingPolicy:
         self.max_new_tokens = max_new_tokens
         self.device = device
         self.native_tool_role = "<tool_response>" in str(processor.chat_template or "")
+        self.vision = has_vision(processor)
+        self.generation = sampling_settings(model, temperature, max_new_tokens)
         self.blocked = vision_token_ids(processor.tokenizer)  # never sampled: see `vision_token_ids`
         self._episodes: dict[str, _Episode] = {}
         self._lock = asyncio.Lock()  # one model: turns are generated one at a time
@@ -64,14 +66,8 @@ class TracingPolicy:
         self.sampled_tokens = 0
 
     async def act(self, state: EpisodeState) -> str:
-        ordered: list[np.ndarray] = []
-
-        def image_part(index: int) -> dict[str, Any]:
-            ordered.append(state.images[index])
-            return {"type": "image"}
-
-        chat = to_chat_messages(
-            state.messages, len(state.images), image_part, native_tool_role=self.native_tool_role
+        chat, ordered = convert_messages(
+            state.messages, state.images, native_tool_role=self.native_tool_role, vision=self.vision
         )
         episode = self._episodes.get(state.task.id)
         if episode is None:
@@ -115,12 +111,8 @@ class TracingPolicy:
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
             **vision,
-            do_sample=True,
-            temperature=self.temperature,
-            top_k=0,
-            top_p=1.0,
+            **self.generation,
             suppress_tokens=self.blocked or None,
-            max_new_tokens=self.max_new_tokens,
             output_scores=True,
             return_dict_in_generate=True,
         )
@@ -146,3 +138,48 @@ class TracingPolicy:
     def entropy(self) -> float:
         """Mean entropy per sampled token since `reset_stats` (temperature applied)."""
         return self.entropy_sum / self.sampled_tokens if self.sampled_tokens else 0.0
+
+
+# Logit processors a checkpoint's generation_config may switch on (Qwen2.5 Instruct ships
+# `repetition_penalty: 1.05`), set to the value that leaves the distribution alone: the trainer scores
+# tokens with the logits divided by the temperature and nothing else, so sampling must do exactly that.
+NEUTRAL_PROCESSORS: dict[str, Any] = {
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "bad_words_ids": None,
+    "sequence_bias": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "begin_suppress_tokens": None,
+    "exponential_decay_length_penalty": None,
+}
+
+
+def sampling_settings(model: Any, temperature: float, max_new_tokens: int) -> dict[str, Any]:
+    """`generate` settings that sample from softmax(logits / temperature) alone.
+
+    Processors with a neutral value are set to it (which overrides the checkpoint's default); one whose
+    only off-switch is unset cannot be overridden per call, so a checkpoint that sets it is refused.
+    """
+    defaults = getattr(model, "generation_config", None)
+    refused = [
+        key
+        for key, neutral in NEUTRAL_PROCESSORS.items()
+        if neutral is None and defaults is not None and getattr(defaults, key, None) not in (None, [], {})
+    ]
+    if refused:
+        raise ValueError(
+            f"the model's generation_config sets {', '.join(refused)}, which the GRPO trainer cannot "
+            "score; remove it from generation_config.json"
+        )
+    neutral = {key: value for key, value in NEUTRAL_PROCESSORS.items() if value is not None}
+    return {**neutral, "do_sample": True, "temperature": temperature, "max_new_tokens": max_new_tokens}

@@ -18,7 +18,7 @@ import torch
 
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.tools import imagecodec
-from spacetools.tools.models.runtime import load_processor
+from spacetools.tools.models.language import load_chat_processor
 from spacetools.train.checkpoint import (
     METRICS_FILE,
     MODEL_DIR,
@@ -30,6 +30,7 @@ from spacetools.train.checkpoint import (
 )
 from spacetools.train.config import SFTConfig, record_config
 from spacetools.train.episodes import Example, encode_episode, forward_logprobs
+from spacetools.train.trainable import load_for_training, trainable_parameters
 
 CHECKPOINT_DIR = "checkpoint"
 
@@ -61,11 +62,11 @@ def train_sft(config: SFTConfig, *, resume: bool = True, progress: Any = None) -
 
 
 def _train_sft(config: SFTConfig, *, resume: bool, progress: Any) -> Path:
-    from transformers import AutoModelForImageTextToText, get_cosine_schedule_with_warmup
+    from transformers import get_cosine_schedule_with_warmup
 
     record_config(config, config.out, resume=resume)
     torch.manual_seed(config.seed)
-    processor = load_processor(config.model)
+    processor = load_chat_processor(config.model)
     rows = read_traces(config.data)
     examples = []
     for row in rows:
@@ -81,18 +82,19 @@ def _train_sft(config: SFTConfig, *, resume: bool, progress: Any) -> Path:
     checkpoint = config.out / CHECKPOINT_DIR
     state = load_checkpoint(checkpoint) if resume else None
     model_path = checkpoint / MODEL_DIR if state is not None else config.model
-    model: Any = AutoModelForImageTextToText.from_pretrained(
-        model_path, dtype=getattr(torch, config.dtype), local_files_only=True
+    model = load_for_training(
+        model_path,
+        config.trainable,
+        config.lora,
+        resume=state is not None,
+        dtype=getattr(torch, config.dtype),
+        freeze_vision=config.freeze_vision,
     )
     model.to(config.device)
-    if config.freeze_vision:
-        for name, parameter in model.named_parameters():
-            if "visual" in name:
-                parameter.requires_grad_(False)
     if config.gradient_checkpointing:
         model.activation_checkpointing_enable()
     model.train()
-    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    trainable = trainable_parameters(model)
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
     total_steps = math.ceil(len(examples) / config.batch_size) * config.epochs
     scheduler = get_cosine_schedule_with_warmup(

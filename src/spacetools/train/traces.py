@@ -47,19 +47,26 @@ def min_score(config: TracesConfig, data_source: str, ground_truth: Any) -> floa
     entry = benchmark(data_source)
     if entry.family in config.min_score_by_family:
         return config.min_score_by_family[entry.family]
-    exact = entry.answer_kind(ground_truth) in EXACT_KINDS
+    # Pointing into a mask is judged by accuracy (the share of points inside), an exact measure.
+    exact = entry.mask_truth or entry.answer_kind(ground_truth) in EXACT_KINDS
     return config.min_score_exact if exact else config.min_score_graded
 
 
-def rejection(trajectory: Trajectory, threshold: float) -> str | None:
-    """Why an episode is not a training example, or None when it is one."""
+def kept_metric(data_source: str) -> str:
+    """The score key a trace is kept on: pointing into a mask by accuracy (`acc`, points inside), not by
+    the dense NNDC `score`, which a constant guess at the image centre passes on about 40% of questions."""
+    return "acc" if benchmark(data_source).mask_truth else "score"
+
+
+def rejection(trajectory: Trajectory, threshold: float, metric: str = "score") -> str | None:
+    """Why an episode is not a training example (judged on `metric` of its score), or None when it is one."""
     if trajectory.error is not None:
         return "error"
     if trajectory.answer is None:
         return "no answer"
     if trajectory.fallback:
         return "fallback guess"
-    if float((trajectory.score or {}).get("score", 0.0)) < threshold:
+    if float((trajectory.score or {}).get(metric, 0.0)) < threshold:
         return "wrong"
     return None
 
@@ -122,7 +129,8 @@ async def collect_traces_async(
     config.out.parent.mkdir(parents=True, exist_ok=True)
     with config.out.open("w", encoding="utf-8") as handle:
         for trajectory, sample in zip(trajectories, samples.values(), strict=True):
-            reason = rejection(trajectory, min_score(config, sample.data_source, sample.ground_truth))
+            threshold = min_score(config, sample.data_source, sample.ground_truth)
+            reason = rejection(trajectory, threshold, kept_metric(sample.data_source))
             counts.setdefault(benchmark(sample.data_source).family, Counter())[reason or "kept"] += 1
             if reason is None:
                 handle.write(json.dumps(trace_row(trajectory, teacher.name)) + "\n")

@@ -1,4 +1,5 @@
-"""The ``hf`` policy: a local transformers image-text-to-text model (e.g. Qwen2.5-VL) with batched generation.
+"""The ``hf`` policy: a local transformers model (a VLM such as Qwen2.5-VL, or a text-only causal LM such as
+SmolLM2, whose images go to the tools only) with batched generation.
 
 Many episodes call :meth:`HFPolicy.act` at once; a background task gathers their prompts into one
 left-padded ``generate`` call that runs in a worker thread, so the event loop (and the Toolshed calls
@@ -14,14 +15,20 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 
 from spacetools.agent.chat import TOOL_RESPONSE_OPEN, to_chat_messages
 from spacetools.tools import imagecodec
-from spacetools.tools.models.runtime import load_processor
+from spacetools.tools.models.language import (
+    TEXT_ONLY_NOTE,
+    has_vision,
+    image_note,
+    load_chat_processor,
+    load_language_model,
+)
 
 if TYPE_CHECKING:
     from spacetools.agent.types import EpisodeState
@@ -35,17 +42,21 @@ def template_renders_tool_role(chat_template: str) -> bool:
 
 
 def convert_messages(
-    messages: list[dict[str, Any]], images: list[np.ndarray], *, native_tool_role: bool
+    messages: list[dict[str, Any]], images: list[np.ndarray], *, native_tool_role: bool, vision: bool = True
 ) -> tuple[list[dict[str, Any]], list[Image.Image]]:
     """An episode's chat as a processor conversation and its images in prompt order.
 
     Image parts become ``{"type": "image"}`` placeholders and their pictures are listed in the order
     the placeholders appear, so placeholders and pixels line up (see
-    :func:`spacetools.agent.chat.to_chat_messages` for the tool messages).
+    :func:`spacetools.agent.chat.to_chat_messages` for the tool messages). Without ``vision`` (a
+    text-only model) an image part becomes the note ``[image N]``, no picture is listed, and the system
+    message says that only the tools see the images.
     """
     ordered_images: list[Image.Image] = []
 
     def image_part(index: int) -> dict[str, Any]:
+        if not vision:
+            return {"type": "text", "text": image_note(index)}
         try:
             ordered_images.append(Image.fromarray(imagecodec.check_rgb(images[index])))
         except ValueError as error:
@@ -53,7 +64,19 @@ def convert_messages(
         return {"type": "image"}
 
     conversation = to_chat_messages(messages, len(images), image_part, native_tool_role=native_tool_role)
-    return conversation, ordered_images
+    return (conversation if vision else with_text_only_note(conversation)), ordered_images
+
+
+def with_text_only_note(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with `TEXT_ONLY_NOTE` closing its system message (or as one, when it has none)."""
+    note = {"type": "text", "text": TEXT_ONLY_NOTE}
+    if conversation and conversation[0]["role"] == "system":
+        first = conversation[0]
+        return [
+            {**first, "content": [*first["content"], {"type": "text", "text": "\n\n"}, note]},
+            *conversation[1:],
+        ]
+    return [{"role": "system", "content": [note]}, *conversation]
 
 
 @dataclass
@@ -74,10 +97,11 @@ class _Batcher:
 
 
 class HFPolicy:
-    """A local Hugging Face image-text-to-text model as a :class:`~spacetools.agent.types.Policy`.
+    """A local Hugging Face VLM or causal LM as a :class:`~spacetools.agent.types.Policy`.
 
     Args:
-        model_path: a local directory holding the model, its processor files and a chat template.
+        model_path: a local directory holding the model, its processor (or tokenizer) files and a chat
+            template; a LoRA adapter's folder loads as its base model with the adapter merged in.
         device: torch device to run on (``cpu``, ``cuda``, ``cuda:1``…).
         dtype: ``auto`` (the checkpoint's own), ``float32``, ``float16`` or ``bfloat16``.
         max_new_tokens: the longest assistant turn, in tokens.
@@ -108,12 +132,12 @@ class HFPolicy:
             raise ValueError("hf policy: temperature and batch_wait_ms must not be negative")
 
         import torch
-        from transformers import AutoModelForImageTextToText
 
         self.name = f"hf:{path.name}"
         self.batch_size = batch_size
         self.batch_wait_s = batch_wait_ms / 1000
-        self.processor = load_processor(path)
+        self.processor = load_chat_processor(path)
+        self.vision = has_vision(self.processor)
         self.tokenizer = self.processor.tokenizer
         # Decoder-only batches must be padded on the left so every prompt ends where generation starts.
         self.tokenizer.padding_side = "left"
@@ -123,10 +147,7 @@ class HFPolicy:
         self.native_tool_role = template_renders_tool_role(chat_template)
 
         torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
-        # cast: transformers' stubs type `.to` for a bare PreTrainedModel only.
-        self.model: Any = cast(
-            Any, AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
-        )
+        self.model: Any = load_language_model(path, dtype=torch_dtype)
         self.model.to(device)
         self.model.eval()
         self.generation_config = _generation_config(self.model, self.tokenizer, max_new_tokens, temperature)
@@ -137,7 +158,7 @@ class HFPolicy:
     async def act(self, state: EpisodeState) -> str:
         """Queue this episode's prompt for the next batch and return the generated assistant turn."""
         conversation, images = convert_messages(
-            state.messages, state.images, native_tool_role=self.native_tool_role
+            state.messages, state.images, native_tool_role=self.native_tool_role, vision=self.vision
         )
         prompt = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
         batcher = self._current_batcher()
