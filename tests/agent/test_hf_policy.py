@@ -204,6 +204,7 @@ def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path:
     from spacetools.bench.spatialsim.generator import generate_group, write_families
     from spacetools.tools.models.language import TEXT_ONLY_NOTE
     from spacetools.toolshed.shed import Toolshed
+    from spacetools.toolshed.toolsets import with_profile
 
     write_families(tmp_path, {"reflocation": generate_group(0, "reflocation", 0, 1)})
     (task_id, sample), *_ = load_samples(tmp_path).items()
@@ -231,7 +232,7 @@ def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path:
             return await policy.act(state)
 
     async def run() -> list[Any]:
-        async with Toolshed("v1", profile="exact", seed=0) as tools:
+        async with Toolshed(with_profile("v1", "exact"), seed=0) as tools:
             config = RolloutConfig(max_turns=3, system_prompt=prompt, concurrency=1)
             try:
                 inputs = [episode_input(sample, task_id)]

@@ -14,7 +14,18 @@ from spacetools.cli.main import app
 @pytest.mark.slow
 def test_robot_eval_writes_run_log_with_each_episode_at_debug(tmp_path: Path) -> None:
     out = tmp_path / "robot"
-    command = ["--log-level", "debug", "robot", "eval", "--policy", "scripted", "--category", "pick"]
+    command = [
+        "--log-level",
+        "debug",
+        "robot",
+        "eval",
+        "--policy",
+        "scripted",
+        "--category",
+        "pick",
+        "--profile",
+        "exact",
+    ]
     result = CliRunner().invoke(app, [*command, "--tasks-per-category", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     log = (out / LOG_FILE).read_text()

@@ -91,8 +91,9 @@ def test_robot_eval_and_training_stages_are_refused_too(
     process, out = holder
     model, traces, config = tmp_path / "model", tmp_path / "traces.jsonl", tmp_path / "dirl.yaml"
     model.mkdir()
+    (model / "config.json").write_text("{}")  # passes the start-up check, so the lock is what refuses
     traces.write_text("")
-    config.write_text("{}\n")
+    config.write_text("turn_check: false\n")  # a default config: its families need the turn check off
     commands = [
         ["robot", "eval", "--policy", "scripted", "--tasks-per-category", "1", "--out", out],
         ["train", "sft", "--model", model, "--data", traces, "--out", out],

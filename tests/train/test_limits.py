@@ -17,6 +17,7 @@ from spacetools.bench.spatialsim.generator import generate_group, write_families
 from spacetools.cli.main import app
 from spacetools.rewards.benchmarks import benchmark
 from spacetools.toolshed.shed import Toolshed
+from spacetools.toolshed.toolsets import with_profile
 from spacetools.train.config import DIRLConfig, load_config
 from spacetools.train.limits import TEACHER_TURNS, UNTRAINABLE, turn_limit_problems
 
@@ -29,7 +30,7 @@ def test_the_teacher_turn_table_holds_what_the_teacher_takes(tmp_path: Path) -> 
     samples = load_samples(tmp_path)
 
     async def run() -> list[object]:
-        async with Toolshed("v1", profile="exact", seed=0) as tools:
+        async with Toolshed(with_profile("v1", "exact"), seed=0) as tools:
             inputs = [episode_input(sample, task_id) for task_id, sample in samples.items()]
             config = RolloutConfig(max_turns=12, concurrency=8)
             return list(await run_episodes(ScriptedPolicy(), tools, inputs, config=config))

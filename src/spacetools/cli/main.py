@@ -74,9 +74,9 @@ def main(
             "--log-level",
             envvar="SPACETOOLS_LOG_LEVEL",
             case_sensitive=False,
-            help="Diagnostics shown on stderr (run folders' run.log keep info and above).",
+            help="Diagnostics shown on stderr; run folders' run.log keep info and above.",
         ),
-    ] = LogLevel.info,
+    ] = LogLevel.warning,
     version: Annotated[
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version.")
     ] = False,
