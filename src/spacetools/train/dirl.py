@@ -86,10 +86,10 @@ class DIRLRun:
         """Run `work(folder)` unless the stage finished before; mark it done after."""
         folder = self.stage_dir(name)
         if (folder / DONE).is_file():
-            logger.info("[%s] done before, skipped", name)
+            self._note(f"[{name}] done before, skipped")
             return
         with run_log(folder):
-            logger.info("[%s] …", name)
+            self._note(f"[{name}] …")
             started = time.perf_counter()
             result = work(folder)
             if asyncio.iscoroutine(result):
@@ -97,7 +97,13 @@ class DIRLRun:
             seconds = time.perf_counter() - started
             # Wall time of the stage's last (possibly resumed) run, for the per-stage report.
             (folder / DONE).write_text(json.dumps({"wall_s": round(seconds, 1)}) + "\n", encoding="utf-8")
-            logger.info("[%s] done in %.0f s", name, seconds)
+            self._note(f"[{name}] done in {seconds:.0f} s")
+
+    def _note(self, line: str) -> None:
+        """A stage's line: the command's own progress on the console, and the run's logs."""
+        logger.info(line)
+        if self.console is not None:
+            self.console.print(line, highlight=False, markup=False)
 
     # The data sets and paths every stage shares.
     @property
