@@ -19,8 +19,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -32,6 +30,7 @@ import httpx
 import numpy as np
 import psutil
 
+from served import server_in_subprocess
 from spacetools.sim.layout import build_scene
 from spacetools.tools import imagecodec
 
@@ -60,26 +59,8 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 @contextlib.contextmanager
 def server_process(config: dict[str, Any]) -> Iterator[tuple[str, psutil.Process]]:
     """The server in a subprocess; yields its base URL and process."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-c", SERVER, str(port), json.dumps(config)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError("the server exited during startup")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.5)
+    with server_in_subprocess(SERVER, json.dumps(config), startup_s=300) as (url, process):
         yield url, psutil.Process(process.pid)
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def tree(process: psutil.Process) -> list[psutil.Process]:

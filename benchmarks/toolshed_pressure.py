@@ -21,9 +21,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -31,6 +28,8 @@ from typing import Any
 
 import httpx
 import numpy as np
+
+from served import server_in_subprocess
 
 TIMEOUT_S = 1.5
 QUEUE_WAIT_S = 3.0
@@ -57,27 +56,9 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", bac
 @contextlib.contextmanager
 def server_process(in_flight: int) -> Iterator[str]:
     """The server in a subprocess; yields its base URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     code = SERVER.format(queue_wait=QUEUE_WAIT_S, in_flight=in_flight, timeout=TIMEOUT_S)
-    process = subprocess.Popen([sys.executable, "-c", code, str(port)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError("the server exited during startup")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.2)
+    with server_in_subprocess(code) as (url, _):
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def percentiles_ms(samples: list[float]) -> dict[str, float | None]:

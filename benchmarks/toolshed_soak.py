@@ -21,9 +21,6 @@ import contextlib
 import json
 import os
 import random
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -33,6 +30,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from served import server_in_subprocess
 from spacetools.tools import imagecodec
 
 TIMEOUT_S = 0.5  # the FaultTool's per-call timeout
@@ -62,27 +60,9 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 @contextlib.contextmanager
 def server_process() -> Iterator[tuple[str, int]]:
     """The server in a subprocess; yields its base URL and process id."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     code = SERVER.format(cap=MEMORY_CAP, queue_wait=QUEUE_WAIT_S, instances=INSTANCES, timeout=TIMEOUT_S)
-    process = subprocess.Popen([sys.executable, "-c", code, str(port)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError("the server exited during startup")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.2)
+    with server_in_subprocess(code) as (url, process):
         yield url, process.pid
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def rss_bytes(pid: int) -> int:
