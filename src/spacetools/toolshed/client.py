@@ -298,7 +298,8 @@ class RemoteToolshed:
         """The server's live statistics (`Toolshed.stats()` there)."""
         response = await self.client.get("/stats")
         _raise_for_status(response)
-        return response.json()
+        stats: dict[str, Any] = response.json()
+        return stats
 
     def _release_later(self, session_id: str) -> None:
         try:

@@ -23,7 +23,7 @@ class YamlError(ValueError):
     """A config file that is not YAML, or a YAML document too deep or too large once expanded."""
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class _BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types
     """The safe loader, refusing a document nested deeper than ``MAX_DEPTH`` as soon as its scanner or
     composer reaches that depth (the scanner reads a whole flow collection ahead of the composer)."""
 
@@ -39,7 +39,7 @@ class _BoundedLoader(yaml.SafeLoader):
     def add_indent(self, column: int) -> bool:
         if len(self.indents) >= MAX_DEPTH:
             raise YamlError(f"nested deeper than {MAX_DEPTH} levels")
-        return super().add_indent(column)
+        return bool(super().add_indent(column))
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self.depth += 1

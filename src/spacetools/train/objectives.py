@@ -30,7 +30,8 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
 
     Tokens the sampler suppressed (logit -inf) have probability 0 and add 0, not NaN.
     """
-    return torch.special.entr(torch.softmax(logits.float(), dim=-1)).sum(-1)
+    entropy: torch.Tensor = torch.special.entr(torch.softmax(logits.float(), dim=-1)).sum(-1)
+    return entropy
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -173,7 +173,8 @@ class ProcessInstance:
         self._pending = self._loop.create_future()
         try:
             self._conn.send_bytes(payload)
-            return await self._pending
+            result: ToolResult = await self._pending
+            return result
         except (_WorkerExited, BrokenPipeError, ConnectionResetError):
             self._dead = True
             raise InstanceCrashed(await self._exit_code()) from None
@@ -258,7 +259,7 @@ def die_with_parent(server_temp_dir: str | None = None) -> None:
 def _worker_main(
     conn: multiprocessing.connection.Connection,
     tool_ref: type[Tool] | str,
-    config: dict,
+    config: dict[str, Any],
     server_temp_dir: str | None = None,
 ) -> None:
     """The worker's loop: build the tool, then answer calls until the pipe closes."""

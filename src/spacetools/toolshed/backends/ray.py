@@ -52,7 +52,9 @@ def connect(address: str | None = None) -> None:
 class ClusterArray:
     """A handle to an array a Ray actor produced, kept in Ray's object store until the session drops it."""
 
-    def __init__(self, ref: ray.ObjectRef, key: str, shape: tuple[int, ...], dtype: str, nbytes: int) -> None:
+    def __init__(
+        self, ref: ray.ObjectRef[Any], key: str, shape: tuple[int, ...], dtype: str, nbytes: int
+    ) -> None:
         self.ref = ref
         self.key = key
         self.shape = shape
@@ -112,7 +114,7 @@ def _split_bulk(result: ToolResult) -> tuple[ToolResult, dict[str, np.ndarray]]:
     return result, bulk
 
 
-def _attach_bulk(result: ToolResult, bulk_ref: ray.ObjectRef) -> ToolResult:
+def _attach_bulk(result: ToolResult, bulk_ref: ray.ObjectRef[Any]) -> ToolResult:
     parts = result.results if isinstance(result, BatchResult) else [result]
     for part in parts:
         for name, value in list(part.variables.items()):
