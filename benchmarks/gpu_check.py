@@ -99,26 +99,36 @@ def check_3b(model: Path | None, out: Path, figures: dict[str, Any]) -> None:
     data = out / "data"
     export(data, 2, 100, recipe.data.families)
     traces = out / "traces.jsonl"
-    collect_traces(TracesConfig(data=data, out=traces, profile=recipe.profile))
+    collect_traces(
+        TracesConfig.model_validate(
+            {"data": data, "out": traces, **recipe.stage_settings(recipe.universal_teacher)}
+        )
+    )
     rows = traces.read_text().splitlines()[:8]
     traces.write_text("".join(row + "\n" for row in rows))
     sft = SFTConfig.model_validate(
-        {**recipe.sft, "model": model, "data": traces, "out": out / "sft", "device": DEVICE, "epochs": 1}
+        {
+            **recipe.stage_settings(recipe.sft),
+            "model": model,
+            "data": traces,
+            "out": out / "sft",
+            "device": DEVICE,
+            "epochs": 1,
+        }
     )
     timed(figures, f"3b_sft_first_step ({len(rows)} episodes)", lambda: train_sft(sft, resume=False))
     shutil.rmtree(out / "sft")  # 30 GB of checkpoint (bf16 weights and AdamW state): the disk has 64
+    settings = recipe.stage_settings(recipe.grpo)
     grpo = GRPOConfig.model_validate(
         {
-            **recipe.grpo,
+            **settings,
             "model": model,
             "data": data,
             "out": out / "grpo",
             "device": DEVICE,
-            "profile": recipe.profile,
             "steps": 1,
             "prompts_per_step": 2,
-            "max_new_tokens": 256,
-            "max_turns": 2,
+            "rollout": {**settings["rollout"], "max_new_tokens": 256, "max_turns": 2},
         }
     )
     timed(

@@ -30,7 +30,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).parents[1]), str(Path(__file__).parents[1] / "tests")]
 
 from report_rows import synthesized_rows  # noqa: E402
-from spacetools.bench.evaluate import load_samples  # noqa: E402
+from spacetools.bench.dataset import load_samples  # noqa: E402
 from spacetools.bench.report import write_report  # noqa: E402
 from spacetools.bench.spatialsim import generator  # noqa: E402
 from spacetools.bench.summary import summarize  # noqa: E402

@@ -115,6 +115,22 @@ def test_batched_turns_equal_turns_generated_one_by_one(tiny_model: tuple[Path, 
 
 
 @pytest.mark.slow
+def test_each_turn_keeps_its_own_token_limit_in_a_shared_batch_and_is_counted(
+    tiny_model: tuple[Path, int],
+) -> None:
+    short, default = episode("How far is the cup?", 4), episode("Is the bowl left of the plate?", 5, True)
+    short.max_new_tokens = 2  # what the rollout sets when the episode's budget has 2 tokens left
+    batched = HFPolicy(str(tiny_model[0]), max_new_tokens=6, batch_size=8)
+    texts = asyncio.run(act_all(batched, [short, default]))
+    assert batched.stats()["batches"] == 1
+    assert 1 <= short.model_tokens <= 2 and 1 <= default.model_tokens <= 6
+    assert batched.stats()["new_tokens"] == short.model_tokens + default.model_tokens
+    # The cut turn is the one a policy limited to 2 tokens writes alone (greedy decoding).
+    alone = HFPolicy(str(tiny_model[0]), max_new_tokens=2, batch_size=1)
+    assert asyncio.run(act_all(alone, [episode("How far is the cup?", 4)])) == texts[:1]
+
+
+@pytest.mark.slow
 def test_batch_size_caps_each_generate_and_sampling_runs(tiny_model: tuple[Path, int]) -> None:
     sampler = make_policy(
         "hf", model_path=str(tiny_model[0]), max_new_tokens=4, temperature=1.0, batch_size=2
@@ -200,7 +216,7 @@ def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path:
     """The real pretrained base (converted once, cached) drives an episode; its images go to the tools."""
     from smollm2 import smollm2_folder
     from spacetools.agent.rollout import RolloutConfig, run_episodes
-    from spacetools.bench.evaluate import episode_input, load_samples
+    from spacetools.bench.dataset import episode_input, load_samples
     from spacetools.bench.spatialsim.generator import generate_group, write_families
     from spacetools.tools.models.language import TEXT_ONLY_NOTE
     from spacetools.toolshed.shed import Toolshed

@@ -414,3 +414,85 @@ def test_an_input_carries_attachments_to_the_session_and_the_config_is_validated
         RolloutConfig(max_turns=0)
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         RolloutConfig().with_options(max_turn=3)
+
+
+class CountingPolicy:
+    """Writes the given turns, each a list of tokens, cut to the turn's limit (then repeats the last)."""
+
+    name = "counting"
+
+    def __init__(self, turns: Sequence[Sequence[str]]) -> None:
+        self.turns = [list(turn) for turn in turns]
+        self.limits: list[int | None] = []
+
+    async def act(self, state: EpisodeState) -> str:
+        self.limits.append(state.max_new_tokens)
+        kept = self.turns[min(state.turn, len(self.turns) - 1)][: state.max_new_tokens]
+        state.model_tokens += len(kept)
+        return "".join(kept)
+
+
+def test_the_episode_token_budget_cuts_the_last_turn_and_ends_the_episode_unrun() -> None:
+    policy = CountingPolicy([["<think>a", " b</think>", call("echo.echo", text="x")]])
+    result = episode(policy, max_new_tokens=3, max_episode_tokens=8)
+    # 3 + 3 tokens, then a turn cut to the 2 left: it reaches the budget and its call is not run.
+    assert policy.limits == [3, 3, 2]
+    assert (result.finish_reason, result.turns, result.answer, result.error) == (
+        "max_episode_tokens",
+        3,
+        None,
+        None,
+    )
+    assert len(result.tool_calls) == 2 and result.stats["skipped_tool_calls"] == 0
+    assert result.stats["model_tokens"] == 8
+    assert result.messages[-1] == {"role": "assistant", "content": "<think>a b</think>"}
+    cut = CountingPolicy([["<think>a</think>", call("echo.echo", text="x")]])
+    result = episode(cut, max_episode_tokens=2)  # the call is written on the budget's last token
+    assert (result.finish_reason, result.tool_calls, result.stats["skipped_tool_calls"]) == (
+        "max_episode_tokens",
+        [],
+        1,
+    )
+
+
+def test_within_the_budget_nothing_changes_and_an_answer_on_the_last_tokens_counts() -> None:
+    unbounded = CountingPolicy([[call("echo.echo", text="x")], ["<answer>A</answer>"]])
+    result = episode(unbounded)
+    assert unbounded.limits == [None, None] and result.finish_reason == "answer"
+    assert result.stats["model_tokens"] == 2
+    exact = CountingPolicy([[call("echo.echo", text="x")], ["<answer>A</answer>"]])
+    result = episode(exact, max_episode_tokens=2)
+    assert exact.limits == [2, 1] and (result.finish_reason, result.answer) == ("answer", "A")
+    assert (RolloutConfig(max_new_tokens=5).turn_token_limit(100), RolloutConfig().turn_token_limit(7)) == (
+        5,
+        None,
+    )
+
+
+def test_a_policy_that_does_not_count_its_tokens_cannot_run_under_a_budget() -> None:
+    result = episode(ScriptPolicy([call("echo.echo", text="x")]), max_episode_tokens=100)
+    assert result.finish_reason == "rollout_error" and result.turns == 1 and not result.tool_calls
+    assert "max_episode_tokens needs a policy that counts its tokens; 'script' does not" in (
+        result.error or ""
+    )
+    with pytest.raises(ValueError, match="max_episode_tokens"):
+        RolloutConfig(max_episode_tokens=0)
+
+
+def test_the_openai_policy_counts_the_endpoint_s_tokens_and_asks_for_what_is_left(chat: ChatServer) -> None:
+    # The test endpoint counts 3 completion tokens per reply.
+    chat.script.extend([call("echo.echo", text="a"), call("echo.echo", text="b"), "<answer>c</answer>"])
+
+    async def body(shed: Toolshed) -> Trajectory:
+        policy = OpenAIPolicy(
+            "m", base_url=chat.base_url, api_key_env="SPACETOOLS_TEST_NO_KEY", max_tokens=50
+        )
+        try:
+            return await run_episode(policy, shed, task(), max_episode_tokens=5)
+        finally:
+            await policy.aclose()
+
+    result = with_shed(body)
+    assert (result.finish_reason, result.turns, result.stats["model_tokens"]) == ("max_episode_tokens", 2, 6)
+    assert [request["max_tokens"] for request in chat.requests] == [5, 2]
+    assert len(result.tool_calls) == 1

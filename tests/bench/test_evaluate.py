@@ -15,15 +15,8 @@ from typer.testing import CliRunner
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.types import EpisodeState
-from spacetools.bench.evaluate import (
-    EvalConfig,
-    RunMismatchError,
-    check_resume,
-    episode_input,
-    evaluate,
-    load_samples,
-    read_rows,
-)
+from spacetools.bench.dataset import episode_input, load_samples
+from spacetools.bench.evaluate import EvalConfig, RunMismatchError, check_resume, evaluate, read_rows
 from spacetools.bench.spatialsim import generator
 from spacetools.bench.summary import Summary
 from spacetools.cli.main import app
@@ -241,16 +234,21 @@ def test_unreachable_toolshed_server_is_a_clear_error(data: Path, tmp_path: Path
 def test_run_json_records_the_config_and_resume_names_each_differing_field(tmp_path: Path) -> None:
     config = EvalConfig.from_options(tmp_path / "data", out_dir=tmp_path, profile="exact", max_turns=5)
     assert (config.rollout.max_turns, config.rollout.concurrency, config.out) == (5, 8, tmp_path)
+    assert (config.tools.profile, config.tools.toolset) == ("exact", "v1")
     (tmp_path / "run.json").write_text(json.dumps(config.run_record()))
     check_resume(tmp_path, config.model_copy(update={"limit": 3, "data": Path("/moved")}))  # may differ
     changed = config.model_copy(
-        update={"seed": 4, "rollout": config.rollout.with_options(max_turns=6, concurrency=2)}
+        update={
+            "tools": config.tools.model_copy(update={"seed": 4}),
+            "rollout": config.rollout.with_options(max_turns=6, concurrency=2),
+        }
     )
-    with pytest.raises(RunMismatchError, match=r"rollout\.max_turns: 5 -> 6; seed: 0 -> 4\)"):
+    with pytest.raises(RunMismatchError, match=r"rollout\.max_turns: 5 -> 6; tools\.seed: 0 -> 4\)"):
         check_resume(tmp_path, changed)
-    old_style = {"policy": None, "profile": "exact", "seed": 0, "max_turns": 8, "toolshed_url": None}
-    (tmp_path / "run.json").write_text(json.dumps(old_style))  # a run.json written before EvalConfig
-    with pytest.raises(RunMismatchError, match=r"\(rollout\.max_turns: 8 -> 5\)"):
+    # A run.json of the flat shape (profile and seed at the top) is another run's: refused, naming them.
+    flat = {k: v for k, v in config.run_record().items() if k != "tools"} | {"profile": "exact", "seed": 0}
+    (tmp_path / "run.json").write_text(json.dumps(flat))
+    with pytest.raises(RunMismatchError, match=r"profile: 'exact' -> None; seed: 0 -> None; tools\.profile"):
         check_resume(tmp_path, config)
     with pytest.raises(ValueError, match="unknown profile"):
         EvalConfig.from_options(tmp_path, out_dir=tmp_path, profile="perfect")

@@ -10,7 +10,8 @@ import pytest
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.types import Trajectory
-from spacetools.bench.evaluate import evaluate, load_samples, read_rows
+from spacetools.bench.dataset import load_samples
+from spacetools.bench.evaluate import evaluate, read_rows
 from spacetools.bench.spatialsim import generator
 
 FAMILIES = ["robospatial", "blinkdepth", "cvb2drelation", "cvb3ddepth", "boppose"]

@@ -14,8 +14,7 @@ import pytest
 from PIL import Image
 
 from report_rows import synthesized_rows
-from spacetools.bench.dataset import Sample
-from spacetools.bench.evaluate import load_samples
+from spacetools.bench.dataset import Sample, load_samples
 from spacetools.bench.report import write_report
 from spacetools.bench.report.browse import outcome
 from spacetools.bench.spatialsim import generator

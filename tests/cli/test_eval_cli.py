@@ -79,10 +79,11 @@ def test_the_command_line_maps_onto_the_run_config_and_resume_names_what_changed
     result = runner.invoke(app, [*arguments, *options])
     assert result.exit_code == 0, result.output
     record = json.loads((out / "run.json").read_text())
-    assert (record["policy"], record["policy_options"], record["seed"]) == ("scripted", {"max_turns": 3}, 4)
+    assert (record["policy"], record["policy_options"]) == ("scripted", {"max_turns": 3})
+    assert (record["tools"]["profile"], record["tools"]["seed"]) == ("exact", 4)
     assert (record["rollout"]["max_turns"], record["rollout"]["concurrency"]) == (3, 2)
     assert EvalConfig.model_validate(record).rollout.max_tool_response_chars == 2048  # run.json reads back
 
     again = runner.invoke(app, [*arguments, *options[:-1], "5"])
     assert again.exit_code == 2  # --out holds another run: a bad argument
-    assert "other settings (seed: 4 -> 5)" in " ".join(again.output.split())
+    assert "other settings (tools.seed: 4 -> 5)" in " ".join(again.output.split())

@@ -373,7 +373,7 @@ def test_serve_rejects_an_unknown_toolset_or_profile(arguments: list[str], messa
 
 @pytest.mark.slow
 def test_serve_runs_the_v1_tools_with_the_same_results_as_in_process() -> None:
-    from spacetools.bench.evaluate import episode_input
+    from spacetools.bench.dataset import episode_input
     from spacetools.bench.spatialsim.generator import generate
 
     with socket.socket() as sock:

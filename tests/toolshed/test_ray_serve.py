@@ -50,7 +50,7 @@ def test_serve_rejects_an_address_without_the_ray_backend() -> None:
 def test_serve_on_ray_runs_the_v1_tools_with_the_same_results_as_worker_processes(local_ray: None) -> None:
     import ray
 
-    from spacetools.bench.evaluate import episode_input
+    from spacetools.bench.dataset import episode_input
     from spacetools.bench.spatialsim.generator import generate
 
     with socket.socket() as sock:

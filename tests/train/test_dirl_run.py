@@ -27,20 +27,22 @@ MINIATURE = {
         "eval_seed": 200,
         "families": ["robospatial", "blinkdepth"],
     },
-    "system_prompt": "Answer with <tool_call>{...}</tool_call> or <answer>...</answer>.\n{tools}",
-    "irl": {"steps": 1, "prompts_per_step": 1, "group_size": 2, "max_new_tokens": 8, "max_turns": 1},
+    "tools": {"profile": "exact"},
+    "rollout": {
+        "system_prompt": "Answer with <tool_call>{...}</tool_call> or <answer>...</answer>.\n{tools}",
+        "max_new_tokens": 8,
+        "max_turns": 1,
+    },
+    "universal_teacher": {"rollout": {"max_turns": 8}},
+    "irl": {"steps": 1, "prompts_per_step": 1, "group_size": 2},
     "mix": {"irl": 1, "universal": 1},
     "sft": {"epochs": 1, "batch_size": 2},
     "grpo": {
         "steps": 2,
         "prompts_per_step": 1,
         "group_size": 2,
-        "max_new_tokens": 8,
-        "max_turns": 1,
         "checkpoint_every": 1,
     },
-    "eval_max_new_tokens": 8,
-    "eval_max_turns": 1,
     "ablation": True,
     "turn_check": False,  # the plumbing on one-turn episodes, not families a model could finish
 }

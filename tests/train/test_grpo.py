@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from spacetools.agent.rollout import RolloutConfig
 from spacetools.bench.spatialsim.generator import generate_group, write_families
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
@@ -37,8 +38,7 @@ def _config(model: Path, data: Path, out: Path) -> GRPOConfig:
         prompts_per_step=1,
         group_size=2,
         learning_rate=1e-3,
-        max_new_tokens=8,
-        max_turns=2,
+        rollout=RolloutConfig(max_new_tokens=8, max_turns=2),
         checkpoint_every=1,
         temperature=0.7,
     )

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.rollout import RolloutConfig, run_episodes
-from spacetools.bench.evaluate import episode_input, load_samples
+from spacetools.bench.dataset import episode_input, load_samples
 from spacetools.bench.spatialsim import FAMILIES
 from spacetools.bench.spatialsim.generator import generate_group, write_families
 from spacetools.cli.main import app
@@ -60,12 +60,16 @@ def test_shipped_configs_agree_with_the_teacher_turns() -> None:
 
 
 def test_a_config_whose_families_cannot_finish_is_refused_before_any_stage(tmp_path: Path) -> None:
-    config = {"data": {"families": ["reflocation", "robospatial", "blinkdepth"]}, "grpo": {"max_turns": 4}}
+    config = {
+        "data": {"families": ["reflocation", "robospatial", "blinkdepth"]},
+        "rollout": {"max_turns": 4},
+        "universal_teacher": {"rollout": {"max_turns": 8}},
+    }
     problems = turn_limit_problems(DIRLConfig.model_validate(config))
     assert len(problems) == 2
     assert problems[0].startswith("blinkdepth: its teacher reads the marked points")
     assert problems[1] == (
-        "robospatial: the teacher needs 7 turns, more than grpo.max_turns 4, eval_max_turns 4"
+        "robospatial: the teacher needs 7 turns, more than grpo.rollout.max_turns 4, rollout.max_turns 4"
     )
     path = tmp_path / "dirl.yaml"
     path.write_text(json.dumps(config))

@@ -94,11 +94,12 @@ def test_the_paper_sft_settings_train_in_bf16_with_checkpointing(tiny_model: Pat
 def test_the_paper_grpo_settings_run_a_step_in_bf16_with_checkpointing(
     stage: str, tiny_model: Path, tmp_path: Path
 ) -> None:
-    settings = getattr(PAPER, stage)
+    settings = PAPER.stage_settings(getattr(PAPER, stage))
     assert (settings["dtype"], settings["gradient_checkpointing"]) == ("bfloat16", True)
     data = tmp_path / "data"
     write_families(data, {"robospatial": generate_group(0, "robospatial", 0, 1)})
-    sizes = {"steps": 1, "prompts_per_step": 1, "group_size": 2, "max_new_tokens": 8, "max_turns": 2}
+    rollout = {**settings["rollout"], "max_new_tokens": 8, "max_turns": 2}
+    sizes = {"steps": 1, "prompts_per_step": 1, "group_size": 2, "rollout": rollout}
     config = GRPOConfig.model_validate(
         {**settings, **TINY_SIZES, **sizes, "model": tiny_model, "data": data, "out": tmp_path / stage}
     )

@@ -135,3 +135,27 @@ def test_a_checkpoint_processor_the_trainer_cannot_score_is_refused(penalised_mo
     model.generation_config.min_p = 0.05
     with pytest.raises(ValueError, match="min_p"):
         TracingPolicy(model, load_processor(penalised_model))
+
+
+def test_the_rollout_s_token_limits_bound_the_sampled_turns_and_the_count_is_the_trace_s(
+    policy: TracingPolicy,
+) -> None:
+    image = np.full((56, 56, 3), 120, np.uint8)
+    tasks = [
+        Task(id=f"budget#{k}", data_source="robospatial", question="Mug left?", images=[image])
+        for k in range(2)
+    ]
+    config = RolloutConfig(max_turns=3, feedback_on_no_answer=True, max_new_tokens=5, max_episode_tokens=12)
+
+    async def go() -> list[object]:
+        async with Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")]) as shed:
+            return list(await run_episodes(policy, shed, tasks, config=config))
+
+    for trajectory in asyncio.run(go()):
+        example = policy.example(trajectory.task_id)  # type: ignore[attr-defined]
+        turns = _sampled_turns(example)
+        assert all(1 <= len(turn) <= 5 for turn in turns)
+        tokens = trajectory.stats["model_tokens"]  # type: ignore[attr-defined]
+        assert tokens == int(example.mask.sum()) <= 12
+        assert (trajectory.finish_reason == "max_episode_tokens") == (tokens == 12)  # type: ignore[attr-defined]
+    policy.forget()

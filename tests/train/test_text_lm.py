@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spacetools.agent.rollout import RolloutConfig
 from spacetools.bench.spatialsim.generator import generate_group, write_families
 from spacetools.tools import imagecodec
 from spacetools.toolshed.shed import Toolshed
@@ -173,8 +174,7 @@ def test_grpo_trains_a_lora_adapter_of_a_text_model_with_live_tools(tiny_llama: 
         prompts_per_step=1,
         group_size=2,
         learning_rate=1e-2,
-        max_new_tokens=8,
-        max_turns=2,
+        rollout=RolloutConfig(max_new_tokens=8, max_turns=2),
         temperature=0.7,
         trainable="lora",
         lora={"r": 4, "alpha": 8},

@@ -22,8 +22,8 @@ runner = CliRunner()
 def test_dotted_overrides_reach_nested_settings_and_keep_the_rest_of_the_file() -> None:
     overrides = ["sft.epochs=2", "grpo.learning_rate=1e-6", "report_to=[tensorboard,wandb]", "data.eval_n=3"]
     config = load_config(DIRLConfig, CONFIGS / "dirl-tiny.yaml", overrides)
-    assert config.sft["epochs"] == 2 and config.sft["batch_size"] == 4  # merged into the file's sft
-    assert config.grpo["learning_rate"] == 1e-6 and config.grpo["steps"] == 20
+    assert config.sft.epochs == 2 and config.sft.batch_size == 4  # merged into the file's sft
+    assert config.grpo.learning_rate == 1e-6 and config.grpo.steps == 20
     assert config.report_to == ["tensorboard", "wandb"]
     assert (config.data.eval_n, config.data.train_n) == (3, 48)
 
@@ -39,9 +39,10 @@ def test_every_stage_reports_where_the_recipe_says_unless_its_own_settings_say_o
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("sft.epochs=two", "sft: epochs: Input should be a valid integer"),
-        ("sft.epoch=2", "sft: epoch: Extra inputs are not permitted"),
-        ("grpo.group_size=1", "grpo: group_size: Input should be greater than or equal to 2"),
+        ("sft.epochs=two", "sft.epochs: Input should be a valid integer"),
+        ("sft.epoch=2", "sft.epoch: Extra inputs are not permitted"),
+        ("grpo.group_size=1", "grpo.group_size: Input should be greater than or equal to 2"),
+        ("grpo.max_turns=4", "grpo.max_turns: Extra inputs are not permitted"),  # now grpo.rollout.max_turns
         ("report_to=[mlflow]", "report_to.0: Input should be 'tensorboard' or 'wandb'"),
         ("nonsense=1", "nonsense: Extra inputs are not permitted"),
         ("sft.epochs", "expected key=value, got 'sft.epochs'"),

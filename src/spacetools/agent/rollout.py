@@ -1,7 +1,8 @@
 """The multi-turn rollout loop: one episode of a policy against a tool session, and many at once.
 
 Episode rules (the original's): an episode ends at an ``<answer>``, at a turn with no ``<tool_call>``
-block, or after ``max_turns`` assistant turns. A turn with both tool calls and an answer ends the
+block, or after ``max_turns`` assistant turns; with ``max_episode_tokens``, also once the model has
+written that many tokens (its last turn's tool calls are then not run). A turn with both tool calls and an answer ends the
 episode at the answer and its tool calls are not run (counted in ``stats["skipped_tool_calls"]``).
 A malformed tool-call block gets an ``Error: …`` tool response in its place and is counted in
 ``parse_errors`` (so is a turn with neither a tool call nor an answer); the Toolshed validates arguments
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_TURNS = 8
 DEFAULT_MAX_TOOL_CALLS_PER_TURN = 16
-DEFAULT_CONCURRENCY = 16
+DEFAULT_CONCURRENCY = 8
 
 NO_ANSWER_FEEDBACK = (
     "Error: your turn had neither a <tool_call> nor an <answer>. Call a tool, or give the final answer "
@@ -72,6 +73,13 @@ class RolloutConfig(BaseModel):
     neither a tool call nor an answer ends the episode (the original rule); with this set, the model is
     told so instead and the episode goes on (either way it counts as a ``no_answer`` parse error).
     ``concurrency`` is how many episodes :func:`run_episodes` runs at once.
+
+    Token limits, in the model's tokens (the policy counts them, see
+    :attr:`~spacetools.agent.types.EpisodeState.max_new_tokens`): ``max_new_tokens`` bounds one turn
+    (None: the policy's own limit); ``max_episode_tokens`` bounds all of an episode's turns together, as
+    verl's ``response_length`` does (None: no limit). The turn that reaches it is cut to what is left, and
+    the episode ends there with ``finish_reason`` ``max_episode_tokens``. A policy that does not count its
+    tokens cannot run under that budget: its episodes end with a ``rollout_error`` saying so.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -84,6 +92,15 @@ class RolloutConfig(BaseModel):
     feedback_on_no_answer: bool = False
     system_prompt: str | None = None
     concurrency: Annotated[int, Field(ge=1)] = DEFAULT_CONCURRENCY
+    max_new_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_episode_tokens: Annotated[int | None, Field(ge=1)] = None
+
+    def turn_token_limit(self, written: int) -> int | None:
+        """The most tokens the next turn may have, once the model has written ``written`` in the episode."""
+        if self.max_episode_tokens is None:
+            return self.max_new_tokens
+        left = self.max_episode_tokens - written
+        return left if self.max_new_tokens is None else min(left, self.max_new_tokens)
 
     def with_options(self, system_prompt: str | Path | None = None, **options: Any) -> RolloutConfig:
         """A validated copy with ``options`` replaced (unknown names are refused); a ``system_prompt``
@@ -227,6 +244,8 @@ async def _turns(
     tool_names = {spec.name for spec in state.tool_specs}
     messages = state.messages
     while state.turn < config.max_turns:
+        written = state.model_tokens
+        state.max_new_tokens = config.turn_token_limit(written)
         policy_started = time.perf_counter()
         try:
             text = await _policy_turn(policy, state, config.policy_timeout_s)
@@ -238,6 +257,9 @@ async def _turns(
         if parsed.answer is not None:
             episode.skipped_tool_calls += parsed.block_count
             return "answer", parsed.answer
+        if _budget_spent(config, state, written, policy.name):
+            episode.skipped_tool_calls += parsed.block_count
+            return "max_episode_tokens", None
         episode.invalid_turns += parsed.block_count == 0 or bool(parsed.errors)
         if parsed.block_count == 0:
             episode.parse_errors["no_answer"] += 1
@@ -256,6 +278,19 @@ async def _turns(
         except Exception as exc:
             raise _EpisodeEnded("toolshed_error", _describe(exc)) from exc
     return "max_turns", None
+
+
+def _budget_spent(config: RolloutConfig, state: EpisodeState, written: int, policy: str) -> bool:
+    """Whether the model's tokens have reached the episode's budget (never, without one)."""
+    if config.max_episode_tokens is None:
+        return False
+    if state.model_tokens == written:  # a real turn has at least its end token
+        raise _EpisodeEnded(
+            "rollout_error",
+            f"max_episode_tokens needs a policy that counts its tokens; {policy!r} does not "
+            "(EpisodeState.model_tokens)",
+        )
+    return state.model_tokens >= config.max_episode_tokens
 
 
 async def run_episode(
@@ -339,7 +374,7 @@ async def _run_episode(
         turns=state.turn,
         score=None,
         parse_errors=sum(episode.parse_errors.values()),
-        stats=episode.stats(state.turn),
+        stats={**episode.stats(state.turn), "model_tokens": state.model_tokens},
         wall_s=0.0,
         finish_reason=finish_reason,
         error=error,

@@ -81,8 +81,13 @@ class EpisodeState:
     ``i`` addresses ``images`` (the task's images first, then those added by tools), which is also
     what a tool's ``image_index`` argument means. ``turn`` counts the assistant turns already taken.
     ``tool_calls`` are the calls run so far, with their structured results (``value``).
-    ``fallback`` is the one thing a policy writes back: set it with the final answer when that answer
-    is a guess after a tool failure, so the trajectory records it (`Trajectory.fallback`).
+    ``fallback`` is what a policy writes back about its answer: set it with the final answer when that
+    answer is a guess after a tool failure, so the trajectory records it (`Trajectory.fallback`).
+
+    Token limits (see :class:`~spacetools.agent.rollout.RolloutConfig`): ``max_new_tokens`` is the most
+    tokens the next turn may have (the rollout's per-turn limit, cut to what is left of the episode's
+    budget; None: the policy's own limit). A policy that writes tokens adds each turn's count to
+    ``model_tokens``, which the episode's budget is measured by.
     """
 
     task: Task
@@ -92,6 +97,8 @@ class EpisodeState:
     tool_specs: list[ToolSpec]
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     fallback: bool = False
+    max_new_tokens: int | None = None
+    model_tokens: int = 0
 
 
 @runtime_checkable
@@ -140,8 +147,8 @@ class Trajectory:
 
     ``images`` holds only the images tools added; an image part with index ``i`` refers to the
     task's image ``i`` when ``i < task_image_count`` and to ``images[i - task_image_count]`` otherwise.
-    ``finish_reason`` is one of ``answer``, ``no_tool_call``, ``max_turns``, ``policy_error``,
-    ``toolshed_error``.
+    ``finish_reason`` is one of ``answer``, ``no_tool_call``, ``max_turns``, ``max_episode_tokens``,
+    ``policy_error``, ``toolshed_error``, ``rollout_error``.
     ``error`` is set when the policy, the Toolshed or the scorer failed, so a run never loses an
     episode silently. ``fallback`` says the policy marked its answer a guess after a tool failure
     (`EpisodeState.fallback`); training drops such episodes. Records from before it read as False.

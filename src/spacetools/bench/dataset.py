@@ -1,4 +1,6 @@
-"""The verl parquet layout of the SpaceTools evaluation sets: `Sample`, `write_parquet`, `read_samples`.
+"""The verl parquet layout of the SpaceTools evaluation sets: `Sample`, `write_parquet`, `read_samples`,
+and a sample's episode: `load_samples` (by task id), `task_from_sample` (what the policy sees) and
+`episode_input` (the task, the scene for the tools alone, the scorer).
 
 One row per question with the columns `data_source`, `prompt` (chat messages), `images` (a list of
 `{"image": "data:image/jpeg;base64,..."}`), `ability`, `reward_model` (`ground_truth`, `style`) and
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from spacetools.agent.types import EpisodeInput, Task
+from spacetools.rewards import compute_score
 from spacetools.tools import imagecodec
 
 JPEG_QUALITY = 95
@@ -163,3 +168,68 @@ def read_samples(path_or_dir: str | Path, keys: Iterable[str] | None = None) -> 
             raise ValueError(f"{file} is not a readable parquet file: {error}") from None
         samples.extend(_sample_from_row(row) for row in rows)
     return samples
+
+
+def task_id(sample: Sample, position: int) -> str:
+    """A stable id: the data source and the row's ``extra_info.index``, or else ``position``, the row's
+    place among its benchmark's rows (what the original evaluation calls ``sample_id``)."""
+    return f"{sample.data_source}/{sample.extra_info.get('index', position)}"
+
+
+def _question(sample: Sample) -> str:
+    """The user's question as the model reads it, without ``<image>`` tags."""
+    users = [m for m in sample.prompt if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    text = users[-1]["content"] if users else sample.question
+    return text.replace("<image>", "").strip()
+
+
+def task_from_sample(sample: Sample, id: str) -> Task:
+    """The policy's view of a sample: question, images and public metadata (never answer or scene)."""
+    return Task(
+        id=id,
+        data_source=sample.data_source,
+        question=_question(sample),
+        images=list(sample.images),
+        extra_info=dict(sample.extra_info),  # Task keeps the public keys only
+    )
+
+
+def episode_input(sample: Sample, id: str) -> EpisodeInput:
+    """One episode of a sample: the policy's task, its scene for the tools only, and its scorer."""
+    scene = sample.extra_info.get("scene")
+    attachments: list[dict[str, Any] | None] = [None] * len(sample.images)
+    if scene is not None:
+        attachments[0] = {"scene": scene}
+    return EpisodeInput(
+        task_from_sample(sample, id), attachments=attachments, scorer=partial(score_text, sample)
+    )
+
+
+def load_samples(
+    data: str | Path, benches: Sequence[str] | None = None, limit: int | None = None
+) -> dict[str, Sample]:
+    """Samples by task id, in file order; ``limit`` keeps the first ``limit`` of each benchmark."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    selected: dict[str, Sample] = {}
+    rows_seen: dict[str, int] = {}
+    for sample in read_samples(data, keys=benches):
+        # Positions count within each benchmark, so an unindexed row's id does not depend on other files.
+        position = rows_seen.get(sample.data_source, 0)
+        rows_seen[sample.data_source] = position + 1
+        if limit is not None and position >= limit:
+            continue
+        key = task_id(sample, position)
+        if key in selected:
+            raise ValueError(f"two samples share the id {key!r} (duplicate extra_info.index in {data})")
+        selected[key] = sample
+    if not selected:
+        raise ValueError(
+            f"no samples found in {data}" + (f" for benchmarks {list(benches)}" if benches else "")
+        )
+    return selected
+
+
+def score_text(sample: Sample, solution_text: str) -> dict[str, Any]:
+    """The reward module's score of a solution text against the sample's ground truth."""
+    return compute_score(sample.data_source, solution_text, sample.ground_truth, sample.extra_info)

@@ -11,18 +11,17 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
 from spacetools.agent.rollout import RolloutConfig, run_episodes
-from spacetools.agent.types import EpisodeInput, Policy, Task, Trajectory
-from spacetools.bench.dataset import Sample, read_samples
+from spacetools.agent.types import Policy, Trajectory
+from spacetools.bench.dataset import Sample, episode_input, load_samples
 from spacetools.bench.progress import progress_bar
 from spacetools.bench.report import write_report
 from spacetools.bench.runfolder import (
@@ -38,12 +37,8 @@ from spacetools.bench.runfolder import (
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
-from spacetools.rewards import compute_score
 from spacetools.tools import imagecodec
-from spacetools.tools.realism import get_profile
-from spacetools.toolshed import ToolDeployment, ToolProvider, Toolshed
-from spacetools.toolshed.client import RemoteToolshed
-from spacetools.toolshed.toolsets import get_toolset, with_profile
+from spacetools.toolshed import ToolProvider, ToolsConfig, connect
 
 __all__ = [
     "REPORT_FILE",
@@ -55,19 +50,26 @@ __all__ = [
     "RunMismatchError",
     "evaluate",
     "evaluate_async",
-    "load_samples",
     "read_rows",
-    "task_from_sample",
 ]
 
 logger = logging.getLogger(__name__)
 
 THUMBNAIL_WIDTH = 320
-EVAL_CONCURRENCY = 8
 
 #: Fields that do not change what a run measures: a resumed run may differ in them.
 RESUMABLE_FIELDS = frozenset(
-    {"data", "out", "benches", "limit", "resume", "report", "system_prompt", "max_policy_errors"}
+    {
+        "data",
+        "out",
+        "benches",
+        "limit",
+        "resume",
+        "report",
+        "system_prompt",
+        "max_policy_errors",
+        "rollout.concurrency",
+    }
 )
 #: Episodes in a row ended by a policy error before a run stops (a model that cannot be reached).
 MAX_POLICY_ERRORS = 3
@@ -77,13 +79,13 @@ class EvalConfig(BaseModel):
     """Everything that defines an evaluation run; ``run.json`` records it and the CLI maps onto it.
 
     ``policy`` and ``policy_options`` name the policy as :func:`~spacetools.agent.policies.make_policy`
-    builds it (the harness fills ``policy`` with the policy's own name). ``system_prompt`` is a template
-    file; its text lands in ``rollout.system_prompt``. With ``toolshed_url`` the tools run in a Toolshed
-    server and ``toolset``, ``profile`` and ``seed`` are the server's. The run stops when
+    builds it (the harness fills ``policy`` with the policy's own name). ``tools`` says which tools the
+    episodes call (see :func:`~spacetools.toolshed.connect`), ``rollout`` how the episodes run.
+    ``system_prompt`` is a template file; its text lands in ``rollout.system_prompt``. The run stops when
     ``max_policy_errors`` episodes in a row end with a policy error (0: never).
     """
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid")
 
     data: Path
     out: Path
@@ -91,43 +93,29 @@ class EvalConfig(BaseModel):
     limit: Annotated[int | None, Field(ge=1)] = None
     policy: str | None = None
     policy_options: dict[str, Any] = Field(default_factory=dict)
-    profile: str = "realistic"
-    toolset: str | list[ToolDeployment] = "v1"
-    seed: Annotated[int, Field(ge=0)] = 0
-    toolshed_url: str | None = None
+    tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig())
     system_prompt: Path | None = None
     resume: bool = True
     report: bool = True
     max_policy_errors: Annotated[int, Field(ge=0)] = MAX_POLICY_ERRORS
-    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(concurrency=EVAL_CONCURRENCY))
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, value: str) -> str:
-        get_profile(value)  # a ValueError listing the choices
-        return value
-
-    @field_validator("toolset")
-    @classmethod
-    def _known_toolset(cls, value: str | list[ToolDeployment]) -> str | list[ToolDeployment]:
-        if isinstance(value, str):
-            get_toolset(value)
-        return value
-
-    @field_serializer("toolset")
-    def _toolset_json(self, value: str | list[ToolDeployment]) -> str | list[str]:
-        return value if isinstance(value, str) else [repr(deployment) for deployment in value]
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
 
     @classmethod
     def from_options(cls, data: str | Path, **options: Any) -> EvalConfig:
-        """The config of the keyword options :func:`evaluate` has always taken (``out_dir``, ``benches``,
-        ``concurrency``, ``max_turns``, ``max_tool_response_chars``, …)."""
+        """The config of :func:`evaluate`'s keyword options: the fields of this config, of its ``tools``
+        (``profile``, ``seed``, …) and of its ``rollout`` (``concurrency``, ``max_turns``, …), and
+        ``out_dir`` for ``out``."""
+        tools = {k: options.pop(k) for k in list(options) if k in ToolsConfig.model_fields}
         rollout_fields = set(RolloutConfig.model_fields) - {"system_prompt"}  # ours is the template file
-        rollout_options = {k: options.pop(k) for k in list(options) if k in rollout_fields}
-        rollout_options.setdefault("concurrency", EVAL_CONCURRENCY)
+        rollout = {k: options.pop(k) for k in list(options) if k in rollout_fields}
         if "out_dir" in options:
             options["out"] = options.pop("out_dir")
-        return cls(data=Path(data), rollout=RolloutConfig(**rollout_options), **options)
+        return cls(
+            data=Path(data),
+            tools=ToolsConfig.model_validate(tools),
+            rollout=RolloutConfig.model_validate(rollout),
+            **options,
+        )
 
     def run_record(self) -> dict[str, Any]:
         """What ``run.json`` holds."""
@@ -142,16 +130,18 @@ class PolicyErrorsError(RuntimeError):
     """Episodes in a row ended with a policy error (the model cannot be reached, or fails every turn)."""
 
 
-def _flatten(record: dict[str, Any]) -> dict[str, Any]:
-    """``rollout.max_turns``-style keys; an older flat ``run.json`` maps its rollout keys the same way."""
-    flat = {k: v for k, v in record.items() if k != "rollout"}
-    if "rollout" not in record:  # written before EvalConfig: the rollout's limits sat at the top
-        for key in ("max_turns", "max_tool_response_chars"):
-            if key in flat:
-                flat[f"rollout.{key}"] = flat.pop(key)
-    flat.update({f"rollout.{k}": v for k, v in (record.get("rollout") or {}).items()})
-    flat.pop("rollout.concurrency", None)
-    return {k: v for k, v in flat.items() if k not in RESUMABLE_FIELDS}
+def _flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``tools.profile``-style keys for every setting of a run record, those that may change left out."""
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if name in RESUMABLE_FIELDS:
+            continue
+        if isinstance(value, dict) and name in ("tools", "rollout"):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
 
 
 def check_resume(out: Path, config: EvalConfig) -> None:
@@ -168,9 +158,7 @@ def check_resume(out: Path, config: EvalConfig) -> None:
             f"{run_file} is unreadable ({error}); use another --out or --no-resume"
         ) from None
     old, new = _flatten(previous), _flatten(config.run_record())
-    # An older run.json lacks the settings added since; those it has must still match.
-    keys = old.keys() | new.keys() if "rollout" in previous else old.keys() & new.keys()
-    changed = sorted(key for key in keys if old.get(key) != new.get(key))
+    changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
     if changed:
         described = "; ".join(f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in changed)
         raise RunMismatchError(
@@ -190,71 +178,6 @@ def _prepare_folder(config: EvalConfig) -> str | None:
         (out / SAMPLES_FILE).unlink(missing_ok=True)
     (out / RUN_FILE).write_text(json.dumps(config.run_record(), indent=2) + "\n", encoding="utf-8")
     return repaired
-
-
-def task_id(sample: Sample, position: int) -> str:
-    """A stable id: the data source and the row's ``extra_info.index``, or else ``position``, the row's
-    place among its benchmark's rows (what the original evaluation calls ``sample_id``)."""
-    return f"{sample.data_source}/{sample.extra_info.get('index', position)}"
-
-
-def _question(sample: Sample) -> str:
-    """The user's question as the model reads it, without ``<image>`` tags."""
-    users = [m for m in sample.prompt if m.get("role") == "user" and isinstance(m.get("content"), str)]
-    text = users[-1]["content"] if users else sample.question
-    return text.replace("<image>", "").strip()
-
-
-def task_from_sample(sample: Sample, id: str) -> Task:
-    """The policy's view of a sample: question, images and public metadata (never answer or scene)."""
-    return Task(
-        id=id,
-        data_source=sample.data_source,
-        question=_question(sample),
-        images=list(sample.images),
-        extra_info=dict(sample.extra_info),  # Task keeps the public keys only
-    )
-
-
-def episode_input(sample: Sample, id: str) -> EpisodeInput:
-    """One episode of a sample: the policy's task, its scene for the tools only, and its scorer."""
-    scene = sample.extra_info.get("scene")
-    attachments: list[dict[str, Any] | None] = [None] * len(sample.images)
-    if scene is not None:
-        attachments[0] = {"scene": scene}
-    return EpisodeInput(
-        task_from_sample(sample, id), attachments=attachments, scorer=partial(score_text, sample)
-    )
-
-
-def load_samples(
-    data: str | Path, benches: Sequence[str] | None = None, limit: int | None = None
-) -> dict[str, Sample]:
-    """Samples by task id, in file order; ``limit`` keeps the first ``limit`` of each benchmark."""
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
-    selected: dict[str, Sample] = {}
-    rows_seen: dict[str, int] = {}
-    for sample in read_samples(data, keys=benches):
-        # Positions count within each benchmark, so an unindexed row's id does not depend on other files.
-        position = rows_seen.get(sample.data_source, 0)
-        rows_seen[sample.data_source] = position + 1
-        if limit is not None and position >= limit:
-            continue
-        key = task_id(sample, position)
-        if key in selected:
-            raise ValueError(f"two samples share the id {key!r} (duplicate extra_info.index in {data})")
-        selected[key] = sample
-    if not selected:
-        raise ValueError(
-            f"no samples found in {data}" + (f" for benchmarks {list(benches)}" if benches else "")
-        )
-    return selected
-
-
-def score_text(sample: Sample, solution_text: str) -> dict[str, Any]:
-    """The reward module's score of a solution text against the sample's ground truth."""
-    return compute_score(sample.data_source, solution_text, sample.ground_truth, sample.extra_info)
 
 
 def thumbnail_data_url(image: np.ndarray, width: int = THUMBNAIL_WIDTH) -> str:
@@ -281,12 +204,6 @@ def sample_row(sample: Sample, trajectory: Trajectory, question: str) -> dict[st
         "trajectory": trajectory.to_dict(),
         "tool_images": tool_images,
     }
-
-
-def _tools(config: EvalConfig) -> Toolshed | RemoteToolshed:
-    if config.toolshed_url:
-        return RemoteToolshed(config.toolshed_url)
-    return Toolshed(with_profile(config.toolset, config.profile), seed=config.seed)
 
 
 def _log_episode(trajectory: Trajectory, score: dict[str, Any]) -> None:
@@ -356,20 +273,20 @@ async def _run_and_summarize(
         len(samples),
         config.data,
         len(samples) - len(pending),
-        config.profile,
-        config.seed,
+        config.tools.profile,
+        config.tools.seed,
         config.out,
     )
     loop = asyncio.get_running_loop()
     started = loop.time()
     if pending:
-        async with _tools(config) as toolshed:
+        async with connect(config.tools) as toolshed:
             await _run_pending(policy, toolshed, pending, config, console)
     run_wall_s = loop.time() - started
 
     rows = [row for row in unique_rows(read_rows(samples_file)) if row.get("id") in samples]
     summary = summarize(
-        rows, policy=policy.name, profile=config.profile, data=str(config.data), run_wall_s=run_wall_s
+        rows, policy=policy.name, profile=config.tools.profile, data=str(config.data), run_wall_s=run_wall_s
     )
     summary.save(config.out / SUMMARY_FILE)
     logger.info("%d episodes in %.1f s", len(pending), run_wall_s)

@@ -16,6 +16,7 @@ from spacetools.bench.progress import progress_bar
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
 from spacetools.cli.options import check_out_folder, profile_option, seed_option
+from spacetools.toolshed import ToolsConfig
 
 
 def demo(
@@ -51,8 +52,7 @@ def demo(
         data=data,
         out=run,
         policy="scripted",
-        profile=profile,
-        seed=seed,
+        tools=ToolsConfig(profile=profile, seed=seed),
         resume=False,
         rollout=RolloutConfig(concurrency=concurrency),
     )

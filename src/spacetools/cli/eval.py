@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import typer
 from pydantic import ValidationError
@@ -36,8 +35,8 @@ from spacetools.cli.options import (
     read_text_file,
     seed_option,
     toolset_config_option,
-    toolset_deployments,
 )
+from spacetools.toolshed import ToolsConfig
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -50,16 +49,6 @@ def _check_data(data: Path, benches: list[str] | None) -> None:
     except FileNotFoundError as error:
         hint = "--bench" if benches and data.exists() else "--data"
         raise typer.BadParameter(str(error), param_hint=hint) from None
-
-
-def _check_url(url: str | None) -> None:
-    if url is None:
-        return
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise typer.BadParameter(
-            f"expected an http(s) URL such as http://127.0.0.1:8100, got {url!r}", param_hint="--toolshed-url"
-        )
 
 
 def _build_policy(name: str, options: dict[str, Any]) -> Policy:
@@ -78,7 +67,13 @@ def _config(**fields: Any) -> EvalConfig:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise typer.BadParameter(f"{where}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        # A tool setting's option: `tools.toolshed_url` is --toolshed-url (the URL and file together: the file).
+        hint = _TOOLS_OPTIONS.get(where) or ("--toolset-config" if where == "tools" else None)
+        raise typer.BadParameter(message if hint else f"{where}: {message}", param_hint=hint) from None
+
+
+_TOOLS_OPTIONS = {f"tools.{name}": "--" + name.replace("_", "-") for name in ToolsConfig.model_fields}
 
 
 @app.callback(invoke_without_command=True)
@@ -142,16 +137,8 @@ def run(
     benches = comma_list(bench)
     _check_data(data, benches)
     check_out_folder(out)
-    _check_url(toolshed_url)
     if system_prompt is not None:
         read_text_file(system_prompt, "--system-prompt")
-    if toolset_config is not None and toolshed_url is not None:
-        raise typer.BadParameter(
-            "a Toolshed server has its own tools; give the file to `spacetools serve --toolset-config`",
-            param_hint="--toolset-config",
-        )
-    # The simulated default keeps its name in run.json, so runs made before config files still resume.
-    toolset = "v1" if toolset_config is None else toolset_deployments("v1", toolset_config)
     options = key_values(option)
     if policy == "scripted":
         options.setdefault("max_turns", max_turns)
@@ -166,10 +153,12 @@ def run(
         limit=limit,
         policy=policy,
         policy_options=options,
-        profile=profile,
-        toolset=toolset,
-        seed=seed,
-        toolshed_url=toolshed_url,
+        tools={
+            "profile": profile,
+            "seed": seed,
+            "toolshed_url": toolshed_url,
+            "toolset_config": toolset_config,
+        },
         system_prompt=system_prompt,
         resume=resume,
         max_policy_errors=max_policy_errors,

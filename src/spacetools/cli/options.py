@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from spacetools.tools.realism import PROFILE_NAMES, get_profile
+from spacetools.toolshed.connection import DEFAULT_PROFILE
 
 
 def _check_profile(value: str) -> str:
@@ -17,10 +18,6 @@ def _check_profile(value: str) -> str:
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
     return value
-
-
-#: The realism profile of every command that runs simulated tools (eval, serve, demo, robot eval, tools run).
-DEFAULT_PROFILE = "realistic"
 
 
 def profile_option() -> Any:

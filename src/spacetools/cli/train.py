@@ -171,7 +171,7 @@ def grpo(
         model=model,
         data=data,
         out=check_out_folder(out),
-        toolshed_url=toolshed_url,
+        tools={"toolshed_url": toolshed_url},
     )
     _check_startup(settings.model, settings.device)
     with contextlib.ExitStack() as held:

@@ -45,7 +45,6 @@ V2: list[ToolDeployment] = [*V1, ROBOT]
 POINTING: list[ToolDeployment] = [V1[0]]
 TOOLSETS: dict[str, list[ToolDeployment]] = {"v1": V1, "v2": V2, "pointing": POINTING}
 TOOLSET_NAMES: tuple[str, ...] = tuple(TOOLSETS)
-DEFAULT_PROFILE = "exact"
 
 
 def with_profile(deployments: str | Sequence[ToolDeployment], profile: str) -> list[ToolDeployment]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -15,13 +15,13 @@ from pydantic import (
     Field,
     PositiveInt,
     StringConstraints,
-    ValidationError,
-    ValidationInfo,
     field_validator,
 )
-from pydantic_core import PydanticCustomError
 
+from spacetools.agent.rollout import RolloutConfig
+from spacetools.toolshed import ToolsConfig
 from spacetools.toolshed.safeyaml import load_yaml
+from spacetools.toolshed.toolsets import get_toolset
 
 Config = TypeVar("Config", bound=BaseModel)
 CONFIG_FILE = "config.json"
@@ -50,17 +50,13 @@ class LoraSettings(BaseModel):
     )
 
 
-class SFTConfig(BaseModel):
-    """Supervised fine-tuning on teacher traces: loss on the assistant's tokens only.
-
-    Defaults follow the paper's SFT stage (warm-up 0.1 then cosine, vision tower frozen, 2 epochs).
-    """
+class SFTSettings(BaseModel):
+    """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only), without its paths:
+    a DIRL recipe's `sft:` block. Defaults follow the paper's SFT stage (warm-up 0.1 then cosine, vision
+    tower frozen, 2 epochs)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: Path = Field(description="a local folder with the model, its processor and chat template")
-    data: Path = Field(description="the SFT data set (JSONL written by `spacetools train traces`)")
-    out: Path = Field(description="the run folder: checkpoints, metrics, the trained model")
     epochs: PositiveInt = 2
     learning_rate: float = Field(2e-5, gt=0)
     batch_size: PositiveInt = Field(8, description="episodes per optimiser step (accumulated one by one)")
@@ -79,11 +75,20 @@ class SFTConfig(BaseModel):
     lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
 
 
+class SFTConfig(SFTSettings):
+    """An SFT stage: its settings and the model, data and run folder it works on."""
+
+    model: Path = Field(description="a local folder with the model, its processor and chat template")
+    data: Path = Field(description="the SFT data set (JSONL written by `spacetools train traces`)")
+    out: Path = Field(description="the run folder: checkpoints, metrics, the trained model")
+
+
 def load_config(
     cls: type[Config], path: str | Path | None = None, dotlist: Sequence[str] = (), **overrides: Any
 ) -> Config:
     """A config from a YAML file (optional), `key=value` overrides (`dotlist`) on it, then keyword
-    overrides on top; pydantic says what is wrong."""
+    overrides on top (a mapping merges into the block of its name: `tools={"toolshed_url": url}`; None
+    leaves a setting as it is); pydantic says what is wrong."""
     values: dict[str, Any] = {}
     if path is not None:
         loaded = load_yaml(Path(path).read_text(encoding="utf-8"), str(path)) or {}
@@ -91,8 +96,20 @@ def load_config(
             raise ValueError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
         values.update(loaded)
     values = apply_dotlist(values, dotlist)
-    values.update({key: value for key, value in overrides.items() if value is not None})
-    return cls.model_validate(values)
+    return cls.model_validate(_merged(values, overrides))
+
+
+def _merged(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(values)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping):
+            block = merged.get(key)
+            nested = _merged(block if isinstance(block, dict) else {}, value)
+            if nested:
+                merged[key] = nested
+        elif value is not None:
+            merged[key] = value
+    return merged
 
 
 def apply_dotlist(values: dict[str, Any], dotlist: Sequence[str]) -> dict[str, Any]:
@@ -153,15 +170,13 @@ def record_config(config: BaseModel, out: Path, *, resume: bool) -> None:
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
 
 
-class GRPOConfig(BaseModel):
-    """Multi-turn GRPO with live tools: n episodes per prompt, group-normalised advantages, clipped ratio
-    loss on the model's tokens, KL to the starting model. Defaults follow the paper's stage-2 IRL."""
+class GRPOSettings(BaseModel):
+    """Multi-turn GRPO with live tools (n episodes per prompt, group-normalised advantages, clipped ratio
+    loss on the model's tokens, KL to the starting model), without its paths: a DIRL recipe's `irl:` and
+    `grpo:` blocks. Defaults follow the paper's stage-2 IRL; `rollout.concurrency` episodes run at once."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: Path = Field(description="the starting model (the SFT output); also the KL reference")
-    data: Path = Field(description="a folder of <key>.parquet in the verl layout")
-    out: Path
     benches: list[str] | None = None
     limit: PositiveInt | None = Field(None, description="prompts per benchmark")
     steps: PositiveInt = 10
@@ -173,14 +188,9 @@ class GRPOConfig(BaseModel):
     kl_coef: float = Field(0.01, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)
-    max_new_tokens: PositiveInt = 512
-    max_turns: PositiveInt = 8
-    max_tool_response_chars: PositiveInt = 2048
-    system_prompt: str | None = Field(None, description="a prompt template text ({tools} marks the tools)")
-    toolset: str = "v1"
-    profile: str = "exact"
-    toolshed_url: str | None = None
-    seed: int = Field(0, ge=0)
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
+    tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig())
+    seed: int = Field(0, ge=0, description="the data order's and the sampling's (the tools have their own)")
     checkpoint_every: PositiveInt = 5
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -190,8 +200,17 @@ class GRPOConfig(BaseModel):
     lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
 
 
-class TracesConfig(BaseModel):
-    """Teacher traces for SFT: run a teacher with live tools, keep its correct, tool-measured episodes."""
+class GRPOConfig(GRPOSettings):
+    """A GRPO stage: its settings and the model, data and run folder it works on."""
+
+    model: Path = Field(description="the starting model (the SFT output); also the KL reference")
+    data: Path = Field(description="a folder of <key>.parquet in the verl layout")
+    out: Path
+
+
+class TracesSettings(BaseModel):
+    """Teacher traces for SFT (run a teacher with live tools, keep its correct, tool-measured episodes),
+    without their paths: a DIRL recipe's `universal_teacher:` block."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -199,21 +218,20 @@ class TracesConfig(BaseModel):
         "scripted", description="a policy name (scripted, openai, hf) or a local model folder"
     )
     teacher_options: dict[str, Any] = Field(default_factory=dict)
-    data: Path
-    out: Path = Field(description="the SFT data set to write (JSONL)")
     benches: list[str] | None = None
     limit: PositiveInt | None = None
     min_score_exact: float = Field(1.0, description="kept when scored at least this (yes/no, choices)")
     min_score_graded: float = Field(0.5, description="kept when scored at least this (points, boxes, grasps)")
     min_score_by_family: dict[str, float] = Field(default_factory=dict, description="overrides per family")
-    toolset: str = "v1"
-    profile: str = "exact"
-    toolshed_url: str | None = None
-    seed: int = Field(0, ge=0)
-    max_turns: PositiveInt = 8
-    max_tool_response_chars: PositiveInt = 2048
-    system_prompt: str | None = None
-    concurrency: PositiveInt = 8
+    tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig())
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
+
+
+class TracesConfig(TracesSettings):
+    """A traces stage: its settings, the questions and the SFT data set it writes."""
+
+    data: Path
+    out: Path = Field(description="the SFT data set to write (JSONL)")
 
 
 class TinyModelConfig(BaseModel):
@@ -243,10 +261,14 @@ class DataConfig(BaseModel):
 class DIRLConfig(BaseModel):
     """The whole DIRL recipe: teacher traces, SFT, GRPO with live tools, an evaluation after each stage.
 
-    Stage settings are partial configs of the stage objects (paths are filled in by the recipe).
-    `base_model` is a local model folder, a known pretrained base (`smollm2-135m`), or `tiny` to build one. The teaching phase mixes traces of the
-    IRL teacher (the base model after stage-1 GRPO with one pointing tool) and of the universal teacher at
-    `mix` (the paper: 1:3).
+    Each stage's block holds that stage's settings without its paths (the recipe gives those), checked
+    when the config is made. `tools` and `rollout` are every stage's, the evaluations' included; a stage's
+    own `tools:` or `rollout:` block changes the fields it names (`irl: {rollout: {max_turns: 3}}`), and
+    the IRL teacher trains with the tool set `irl_toolset`. `seed`, `device` and `report_to` are every
+    training stage's unless its block sets them. `base_model` is a local model folder, a known pretrained
+    base (`smollm2-135m`), or `tiny` to build one. The teaching phase mixes traces of the IRL teacher (the
+    base model after stage-1 GRPO with one pointing tool) and of the universal teacher at `mix` (the
+    paper: 1:3).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -254,23 +276,24 @@ class DIRLConfig(BaseModel):
     base_model: str = "tiny"
     tiny: TinyModelConfig = Field(default_factory=lambda: TinyModelConfig())
     data: DataConfig = Field(default_factory=lambda: DataConfig())
-    system_prompt: str | None = Field(None, description="prompt template text for every stage")
-    universal_teacher: dict[str, Any] = Field(default_factory=lambda: {"teacher": "scripted"})
-    irl: dict[str, Any] = Field(default_factory=dict, description="stage-1 GRPO settings (IRL teacher)")
+    tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig())
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
+    universal_teacher: TracesSettings = Field(default_factory=lambda: TracesSettings.model_validate({}))
+    irl: GRPOSettings = Field(
+        default_factory=lambda: GRPOSettings.model_validate({}),
+        description="stage-1 GRPO settings (IRL teacher)",
+    )
     irl_toolset: str = "pointing"
     irl_families: list[str] = Field(default_factory=lambda: ["robospatial"])
     mix: dict[str, float] = Field(default_factory=lambda: {"irl": 1.0, "universal": 3.0})
     teacher_thoughts: Thoughts = Field(
         "full", description="`empty` trains on the teachers' turns with empty <think> blocks"
     )
-    sft: dict[str, Any] = Field(default_factory=dict)
-    grpo: dict[str, Any] = Field(default_factory=dict)
+    sft: SFTSettings = Field(default_factory=lambda: SFTSettings.model_validate({}))
+    grpo: GRPOSettings = Field(default_factory=lambda: GRPOSettings.model_validate({}))
     ablation: bool = Field(False, description="also train DIRL without stage 1 (the IRL teacher)")
     eval_limit: PositiveInt | None = None
-    eval_max_new_tokens: PositiveInt = Field(128, description="tokens per turn in the evaluations")
-    eval_max_turns: PositiveInt = 4
-    profile: str = "exact"
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, description="the data mix's and every training stage's")
     device: str = "cpu"
     turn_check: bool = Field(
         True, description="refuse families the turn limits cannot finish (off: a plumbing smoke test)"
@@ -279,19 +302,25 @@ class DIRLConfig(BaseModel):
         ["tensorboard"], description=f"every training stage's: {REPORT_TO_HELP}"
     )
 
-    @field_validator("universal_teacher", "irl", "sft", "grpo")
+    @field_validator("irl_toolset")
     @classmethod
-    def _stage_settings(cls, settings: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """A stage's partial settings are checked against its stage object now, not hours into the run
-        (the paths are the recipe's, so placeholders stand in for them)."""
-        stages: dict[str, type[BaseModel]] = {"universal_teacher": TracesConfig, "sft": SFTConfig}
-        stage = stages.get(info.field_name or "", GRPOConfig)
-        placeholders = {name: "." for name in ("model", "data", "out") if name in stage.model_fields}
-        try:
-            stage.model_validate({**placeholders, **settings})
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors(include_url=False)
-            )
-            raise PydanticCustomError("stage_settings", "{problems}", {"problems": problems}) from None
-        return settings
+    def _known_toolset(cls, value: str) -> str:
+        get_toolset(value)  # a ValueError listing the choices
+        return value
+
+    def stage_settings(self, block: BaseModel) -> dict[str, Any]:
+        """A stage block's settings over the recipe's: its `tools` and `rollout` are the recipe's with the
+        fields the block names on top, its `seed`, `device` and `report_to` the recipe's unless it sets them."""
+        fields = type(block).model_fields
+        given = block.model_dump(exclude_unset=True)
+        shared = {"seed": self.seed, "device": self.device, "report_to": self.report_to}
+        values = {key: value for key, value in shared.items() if key in fields}
+        values.update(given)
+        for name in ("tools", "rollout"):
+            if name in fields:
+                values[name] = {**getattr(self, name).model_dump(), **given.get(name, {})}
+        return values
+
+    def stage_rollout(self, block: GRPOSettings | TracesSettings) -> RolloutConfig:
+        """How a stage's episodes run: the recipe's `rollout` with the block's own on top."""
+        return RolloutConfig.model_validate(self.stage_settings(block)["rollout"])

@@ -25,8 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from spacetools.agent.protocol import build_system_prompt
-from spacetools.agent.rollout import RolloutConfig
-from spacetools.bench.evaluate import EVAL_CONCURRENCY, EvalConfig, evaluate_async
+from spacetools.bench.evaluate import EvalConfig, evaluate_async
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.spatialsim.generator import export
@@ -35,7 +34,14 @@ from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.train.base_models import BASE_MODELS, get_base_model
 from spacetools.train.checkpoint import METRICS_FILE
-from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, TracesConfig, record_config
+from spacetools.train.config import (
+    DIRLConfig,
+    GRPOConfig,
+    GRPOSettings,
+    SFTConfig,
+    TracesConfig,
+    record_config,
+)
 from spacetools.train.gains import RewardGain, reward_gain
 from spacetools.train.grpo import train_grpo_async
 from spacetools.train.limits import check_turn_limits
@@ -179,28 +185,18 @@ class DIRLRun:
         export(folder / "train", data.train_n, data.train_seed, families)
         export(folder / "eval", data.eval_n, data.eval_seed, families)
 
-    def _traces_config(self, teacher: dict[str, Any], out: Path, **extra: Any) -> TracesConfig:
-        return TracesConfig.model_validate(
-            {
-                "data": self.train_data,
-                "out": out,
-                "profile": self.config.profile,
-                "seed": self.config.seed,
-                "system_prompt": self.config.system_prompt,
-                **teacher,
-                **extra,
-            }
-        )
-
     async def _universal_traces(self, folder: Path) -> None:
-        config = self._traces_config(self.config.universal_teacher, folder / "traces.jsonl")
+        settings = self.config.stage_settings(self.config.universal_teacher)
+        config = TracesConfig.model_validate(
+            {"data": self.train_data, "out": folder / "traces.jsonl", **settings}
+        )
         counts = await collect_traces_async(config)
         (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
 
     def _tiny_base(self, folder: Path) -> None:
         """The tiny base model, its tokenizer trained on the prompt and the universal teacher's traces."""
         specs = Toolshed(get_toolset("v1")).specs()
-        prompt = build_system_prompt(specs, self.config.system_prompt)
+        prompt = build_system_prompt(specs, self.config.rollout.system_prompt)
         rows = (self.stage_dir("traces_universal") / "traces.jsonl").read_text(encoding="utf-8").splitlines()
         texts = [prompt] + [
             part if isinstance(part, str) else json.dumps(part)
@@ -214,25 +210,16 @@ class DIRLRun:
     async def _evaluate(self, model: Path, folder: Path) -> None:
         from spacetools.agent.policies.hf import HFPolicy
 
-        policy = HFPolicy(
-            model_path=str(model),
-            device=self.config.device,
-            max_new_tokens=self.config.eval_max_new_tokens,
-        )
+        policy = HFPolicy(model_path=str(model), device=self.config.device)
         config = EvalConfig(
             data=self.eval_data,
             out=folder,
             limit=self.config.eval_limit,
             policy="hf",
-            profile=self.config.profile,
-            seed=self.config.seed,
+            tools=self.config.tools,
             report=True,
             # The prompt and limits the model was trained with (a different prompt is another task).
-            rollout=RolloutConfig(
-                system_prompt=self.config.system_prompt,
-                max_turns=self.config.eval_max_turns,
-                concurrency=EVAL_CONCURRENCY,
-            ),
+            rollout=self.config.rollout,
         )
         try:
             summary = await evaluate_async(policy, config=config, console=self.console)
@@ -240,52 +227,34 @@ class DIRLRun:
             await policy.aclose()  # stops its batching task before the event loop ends
         summary.save(folder / "summary.json")
 
-    def _grpo_config(self, settings: dict[str, Any], model: Path, out: Path, **extra: Any) -> GRPOConfig:
-        return GRPOConfig.model_validate(
-            {
-                "model": model,
-                "data": self.train_data,
-                "out": out,
-                "profile": self.config.profile,
-                "seed": self.config.seed,
-                "device": self.config.device,
-                "system_prompt": self.config.system_prompt,
-                "report_to": self.config.report_to,
-                **settings,
-                **extra,
-            }
-        )
+    def _grpo_config(self, block: GRPOSettings, model: Path, out: Path, **extra: Any) -> GRPOConfig:
+        settings = {**self.config.stage_settings(block), **extra}
+        return GRPOConfig.model_validate({"model": model, "data": self.train_data, "out": out, **settings})
 
     @property
     def _irl_benches(self) -> list[str]:
         return [f"spatialsim_{family}" for family in self.config.irl_families]
 
     async def _irl_teacher(self, folder: Path) -> None:
+        tools = {**self.config.stage_settings(self.config.irl)["tools"], "toolset": self.config.irl_toolset}
         config = self._grpo_config(
-            self.config.irl,
-            self.base_model,
-            folder,
-            toolset=self.config.irl_toolset,
-            benches=self._irl_benches,
+            self.config.irl, self.base_model, folder, tools=tools, benches=self._irl_benches
         )
         with self.monitor(config) as progress:
             await train_grpo_async(config, progress=progress)
 
     async def _irl_traces(self, folder: Path) -> None:
         # The IRL teacher answers the questions it was trained on, with the limits it was trained with.
-        irl = GRPOConfig.model_fields
-        teacher = {
-            "teacher": str(self.stage_dir("irl_teacher") / "model"),
-            "teacher_options": {
-                "device": self.config.device,
-                "max_new_tokens": self.config.irl.get("max_new_tokens", irl["max_new_tokens"].default),
-            },
-        }
-        config = self._traces_config(
-            teacher,
-            folder / "traces.jsonl",
-            benches=self._irl_benches,
-            max_turns=self.config.irl.get("max_turns", irl["max_turns"].default),
+        config = TracesConfig.model_validate(
+            {
+                "data": self.train_data,
+                "out": folder / "traces.jsonl",
+                "teacher": str(self.stage_dir("irl_teacher") / "model"),
+                "teacher_options": {"device": self.config.device},
+                "benches": self._irl_benches,
+                "tools": self.config.tools,
+                "rollout": self.config.stage_rollout(self.config.irl),
+            }
         )
         counts = await collect_traces_async(config)
         (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
@@ -314,20 +283,9 @@ class DIRLRun:
         return rows[0] == rows[1]
 
     def _sft(self, folder: Path, traces: str = "traces_mix") -> None:
-        settings = {
-            "seed": self.config.seed,
-            "device": self.config.device,
-            "report_to": self.config.report_to,
-            **self.config.sft,
-        }
-        config = SFTConfig.model_validate(
-            {
-                "model": self.base_model,
-                "data": self.stage_dir(traces) / "traces.jsonl",
-                "out": folder,
-                **settings,
-            }
-        )
+        settings = self.config.stage_settings(self.config.sft)
+        data = self.stage_dir(traces) / "traces.jsonl"
+        config = SFTConfig.model_validate({"model": self.base_model, "data": data, "out": folder, **settings})
         with self.monitor(config) as progress:
             train_sft(config, progress=progress)
 

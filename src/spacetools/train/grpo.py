@@ -16,22 +16,19 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from spacetools.agent.rollout import RolloutConfig, run_episodes
+from spacetools.agent.rollout import run_episodes
 from spacetools.agent.types import Trajectory
-from spacetools.bench.evaluate import episode_input, load_samples
+from spacetools.bench.dataset import episode_input, load_samples
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.tools.models.language import load_chat_processor, load_language_model
-from spacetools.toolshed import ToolProvider
-from spacetools.toolshed.client import RemoteToolshed
-from spacetools.toolshed.shed import Toolshed
-from spacetools.toolshed.toolsets import with_profile
+from spacetools.toolshed import ToolProvider, connect
 from spacetools.train.checkpoint import (
     METRICS_FILE,
     MODEL_DIR,
@@ -41,7 +38,7 @@ from spacetools.train.checkpoint import (
     step_batches,
     truncate_metrics,
 )
-from spacetools.train.config import GRPOConfig, TracesConfig, record_config
+from spacetools.train.config import GRPOConfig, record_config
 from spacetools.train.episodes import forward_logprobs
 from spacetools.train.objectives import group_advantages, grpo_loss
 from spacetools.train.sampler import TracingPolicy
@@ -65,18 +62,6 @@ def load_reference(config: GRPOConfig) -> Any:
     """The frozen starting model of the KL penalty (an adapter merged into its base)."""
     model = load_language_model(config.model, dtype=getattr(torch, config.dtype))
     return model.to(config.device).requires_grad_(False).eval()
-
-
-@contextlib.asynccontextmanager
-async def tool_provider(config: GRPOConfig | TracesConfig) -> AsyncIterator[ToolProvider]:
-    """The Toolshed the episodes call: a server when `toolshed_url` is set, else one in this process."""
-    tools: Any = (
-        RemoteToolshed(config.toolshed_url)
-        if config.toolshed_url
-        else Toolshed(with_profile(config.toolset, config.profile), seed=config.seed)
-    )
-    async with tools:
-        yield tools
 
 
 def step_metrics(trajectories: list[Trajectory], rewards: torch.Tensor, group_size: int) -> dict[str, Any]:
@@ -144,23 +129,12 @@ async def _train_grpo(
         start_step = state["step"]
     metrics_path = config.out / METRICS_FILE
     truncate_metrics(metrics_path, start_step)
-    policy = TracingPolicy(
-        model,
-        processor,
-        temperature=config.temperature,
-        max_new_tokens=config.max_new_tokens,
-        device=config.device,
-    )
-    rollout = RolloutConfig(
-        max_turns=config.max_turns,
-        max_tool_response_chars=config.max_tool_response_chars,
-        system_prompt=config.system_prompt,
-        concurrency=config.prompts_per_step * config.group_size,
-    )
+    # The turn and episode token limits reach the policy through the rollout (`EpisodeState.max_new_tokens`).
+    policy = TracingPolicy(model, processor, temperature=config.temperature, device=config.device)
     n = config.group_size
 
     async with contextlib.AsyncExitStack() as stack:
-        provider = tools if tools is not None else await stack.enter_async_context(tool_provider(config))
+        provider = tools if tools is not None else await stack.enter_async_context(connect(config.tools))
         with metrics_path.open("a", encoding="utf-8") as metrics:
             batches = step_batches(
                 config.seed, len(samples), config.prompts_per_step, start_step, config.steps
@@ -174,7 +148,7 @@ async def _train_grpo(
                 model.eval()
                 policy.seed = config.seed * 1_000_003 + step
                 policy.reset_stats()
-                trajectories = await run_episodes(policy, provider, inputs, config=rollout)
+                trajectories = await run_episodes(policy, provider, inputs, config=config.rollout)
                 generated = time.perf_counter()
 
                 # 2. Reward and advantages: rewards (B,) -> advantages (B,), normalised within each group.

@@ -10,7 +10,7 @@ never given cannot be imitated at all and is never trained.
 from __future__ import annotations
 
 from spacetools.bench.spatialsim import FAMILIES
-from spacetools.train.config import DIRLConfig, GRPOConfig, TracesConfig
+from spacetools.train.config import DIRLConfig
 
 TEACHER_TURNS = {
     "reflocation": 2,
@@ -35,11 +35,9 @@ def turn_limit_problems(config: DIRLConfig) -> list[str]:
     """What stops a perfect imitator of the teacher from finishing the config's families (empty: none)."""
     families = config.data.families or list(FAMILIES)
     limits = {
-        "grpo.max_turns": int(config.grpo.get("max_turns", GRPOConfig.model_fields["max_turns"].default)),
-        "eval_max_turns": config.eval_max_turns,
-        "universal_teacher.max_turns": int(
-            config.universal_teacher.get("max_turns", TracesConfig.model_fields["max_turns"].default)
-        ),
+        "grpo.rollout.max_turns": config.stage_rollout(config.grpo).max_turns,
+        "rollout.max_turns": config.rollout.max_turns,  # the evaluations'
+        "universal_teacher.rollout.max_turns": config.stage_rollout(config.universal_teacher).max_turns,
     }
     problems = [f"{family}: {UNTRAINABLE[family]}" for family in families if family in UNTRAINABLE]
     for family in families:

@@ -34,7 +34,10 @@ class _Episode:
 
 
 class TracingPolicy:
-    """Samples turns from `model` (temperature sampling, no top-k/top-p) and keeps each episode's trace."""
+    """Samples turns from `model` (temperature sampling, no top-k/top-p) and keeps each episode's trace.
+
+    A turn is at most `max_new_tokens` long, or the rollout's limit for it (`EpisodeState.max_new_tokens`);
+    its token count is added to `state.model_tokens`."""
 
     name = "tracing"
 
@@ -44,7 +47,7 @@ class TracingPolicy:
         processor: Any,
         *,
         temperature: float = 1.0,
-        max_new_tokens: int = 256,
+        max_new_tokens: int = 512,
         device: str = "cpu",
     ) -> None:
         self.model = model
@@ -78,10 +81,12 @@ class TracingPolicy:
             episode.tokenizer.add_images(ordered[episode.images_seen :])
             episode.chat.add_messages(chat[episode.messages_seen :])
             episode.images_seen = len(ordered)
+        limit = state.max_new_tokens or self.max_new_tokens
         async with self._lock:
             started = time.perf_counter()
-            ids, logprobs = await asyncio.to_thread(self._sample, state.task.id, episode)
+            ids, logprobs = await asyncio.to_thread(self._sample, state.task.id, episode, limit)
             self.busy_s += time.perf_counter() - started
+        state.model_tokens += len(ids)
         text = episode.chat.add_generation(ids, logprobs)
         episode.messages_seen = len(chat) + 1  # the conversation so far and the turn just sampled
         return text
@@ -102,7 +107,9 @@ class TracingPolicy:
         self._episodes.clear()
 
     @torch.no_grad()
-    def _sample(self, episode_id: str, episode: _Episode) -> tuple[list[int], list[float]]:
+    def _sample(
+        self, episode_id: str, episode: _Episode, max_new_tokens: int
+    ) -> tuple[list[int], list[float]]:
         torch.manual_seed(zlib.crc32(f"{self.seed}/{episode_id}/{episode.turns}".encode()))
         episode.turns += 1
         ids = torch.tensor([episode.chat.trace.ids], device=self.device)  # (1, T)
@@ -111,7 +118,7 @@ class TracingPolicy:
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
             **vision,
-            **self.generation,
+            **{**self.generation, "max_new_tokens": max_new_tokens},
             suppress_tokens=self.blocked or None,
             output_scores=True,
             return_dict_in_generate=True,

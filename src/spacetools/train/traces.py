@@ -23,15 +23,14 @@ from rich.console import Console
 
 from spacetools.agent.policies import make_policy
 from spacetools.agent.protocol import without_thoughts
-from spacetools.agent.rollout import RolloutConfig, run_episodes
+from spacetools.agent.rollout import run_episodes
 from spacetools.agent.types import Policy, Trajectory
-from spacetools.bench.evaluate import episode_input, load_samples
+from spacetools.bench.dataset import episode_input, load_samples
 from spacetools.bench.progress import progress_bar
 from spacetools.rewards.benchmarks import benchmark
 from spacetools.tools import imagecodec
-from spacetools.toolshed import ToolProvider
+from spacetools.toolshed import ToolProvider, connect
 from spacetools.train.config import Thoughts, TracesConfig
-from spacetools.train.grpo import tool_provider
 
 EXACT_KINDS = ("yes_no", "choice")
 
@@ -105,25 +104,23 @@ async def collect_traces_async(
     """
     samples = load_samples(config.data, config.benches, config.limit)
     teacher = policy or teacher_policy(config)
-    rollout = RolloutConfig(
-        max_turns=config.max_turns,
-        max_tool_response_chars=config.max_tool_response_chars,
-        system_prompt=config.system_prompt,
-        concurrency=config.concurrency,
-    )
     inputs = [episode_input(sample, task_id) for task_id, sample in samples.items()]
     async with contextlib.AsyncExitStack() as stack:
         close = getattr(teacher, "aclose", None)
         if policy is None and close is not None:  # a teacher made here stops its model's tasks here
             stack.push_async_callback(close)
-        provider = tools if tools is not None else await stack.enter_async_context(tool_provider(config))
+        provider = tools if tools is not None else await stack.enter_async_context(connect(config.tools))
         advance = (
             stack.enter_context(progress_bar(console, "episodes", len(inputs), unit="ep"))
             if console
             else None
         )
         trajectories = await run_episodes(
-            teacher, provider, inputs, config=rollout, on_result=(lambda _: advance(1)) if advance else None
+            teacher,
+            provider,
+            inputs,
+            config=config.rollout,
+            on_result=(lambda _: advance(1)) if advance else None,
         )
     counts: dict[str, Counter[str]] = {}
     config.out.parent.mkdir(parents=True, exist_ok=True)

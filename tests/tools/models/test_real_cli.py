@@ -188,4 +188,4 @@ def test_eval_on_the_original_layout_runs_every_tool_on_the_photos(tmp_path: Pat
         assert all("simulated scene" not in call["result_text"] for call in calls)
         assert sample["trajectory"]["answer"] == "[(0.5, 0.5)]"
     run = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert "DepthProTool" in json.dumps(run["toolset"])
+    assert run["tools"]["toolset_config"] == str(config)

@@ -83,7 +83,8 @@ def with_text_only_note(conversation: list[dict[str, Any]]) -> list[dict[str, An
 class _Request:
     prompt: str
     images: list[Image.Image]
-    future: asyncio.Future[str]
+    max_new_tokens: int
+    future: asyncio.Future[tuple[str, int]]  # the turn's text and its token count
 
 
 @dataclass
@@ -104,7 +105,8 @@ class HFPolicy:
             template; a LoRA adapter's folder loads as its base model with the adapter merged in.
         device: torch device to run on (``cpu``, ``cuda``, ``cuda:1``…).
         dtype: ``auto`` (the checkpoint's own), ``float32``, ``float16`` or ``bfloat16``.
-        max_new_tokens: the longest assistant turn, in tokens.
+        max_new_tokens: the longest assistant turn, in tokens, unless the rollout gives a turn its own
+            limit (``EpisodeState.max_new_tokens``).
         temperature: 0 decodes greedily; above 0 samples.
         batch_size: the most prompts one ``generate`` call takes.
         batch_wait_ms: how long the first queued prompt waits for others to join its batch.
@@ -156,16 +158,20 @@ class HFPolicy:
         self._stats = {"requests": 0, "batches": 0, "max_batch": 0, "new_tokens": 0, "generate_s": 0.0}
 
     async def act(self, state: EpisodeState) -> str:
-        """Queue this episode's prompt for the next batch and return the generated assistant turn."""
+        """Queue this episode's prompt for the next batch and return the generated assistant turn (its
+        tokens are added to ``state.model_tokens``)."""
         conversation, images = convert_messages(
             state.messages, state.images, native_tool_role=self.native_tool_role, vision=self.vision
         )
         prompt = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
         batcher = self._current_batcher()
-        request = _Request(prompt, images, batcher.loop.create_future())
+        limit = state.max_new_tokens or self.generation_config.max_new_tokens
+        request = _Request(prompt, images, limit, batcher.loop.create_future())
         batcher.pending.append(request)
         batcher.arrived.set()
-        return await request.future
+        text, tokens = await request.future
+        state.model_tokens += tokens
+        return text
 
     def stats(self) -> dict[str, float]:
         """Requests served, ``generate`` calls (batches), batch sizes, new tokens and generation time."""
@@ -213,7 +219,7 @@ class HFPolicy:
             if not batch:
                 continue
             try:
-                texts = await asyncio.to_thread(self._generate, batch)
+                turns = await asyncio.to_thread(self._generate, batch)
             except asyncio.CancelledError:
                 # Closing mid-generation must not leave these callers waiting forever.
                 for request in batch:
@@ -224,12 +230,13 @@ class HFPolicy:
                     if not request.future.done():
                         request.future.set_exception(error)
             else:
-                for request, text in zip(batch, texts, strict=True):
+                for request, turn in zip(batch, turns, strict=True):
                     if not request.future.done():
-                        request.future.set_result(text)
+                        request.future.set_result(turn)
 
-    def _generate(self, batch: list[_Request]) -> list[str]:
-        """One left-padded ``generate`` over the batch (runs in a worker thread); only new tokens are decoded."""
+    def _generate(self, batch: list[_Request]) -> list[tuple[str, int]]:
+        """One left-padded ``generate`` over the batch (runs in a worker thread), as long as its longest
+        turn may be; each turn's new tokens, cut at its own limit, decoded, with their count."""
         import torch
 
         images = [image for request in batch for image in request.images]
@@ -241,14 +248,38 @@ class HFPolicy:
         ).to(self.model.device)
         started = time.perf_counter()
         with torch.inference_mode():
-            output = self.model.generate(**inputs, generation_config=self.generation_config)
-        new_tokens = output[:, inputs["input_ids"].shape[1] :]
+            output = self.model.generate(
+                **inputs,
+                generation_config=self.generation_config,
+                max_new_tokens=max(request.max_new_tokens for request in batch),
+            )
+        new_tokens = output[:, inputs["input_ids"].shape[1] :].tolist()
         self._stats["generate_s"] += time.perf_counter() - started
         self._stats["batches"] += 1
         self._stats["requests"] += len(batch)
         self._stats["max_batch"] = max(self._stats["max_batch"], len(batch))
-        self._stats["new_tokens"] += int((new_tokens != self.generation_config.pad_token_id).sum())
-        return self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        stops = _stop_ids(self.generation_config)
+        turns = []
+        for request, row in zip(batch, new_tokens, strict=True):
+            ids = row[: _turn_length(row[: request.max_new_tokens], stops)]
+            turns.append((self.tokenizer.decode(ids, skip_special_tokens=True), len(ids)))
+        self._stats["new_tokens"] += sum(tokens for _, tokens in turns)
+        return turns
+
+
+def _stop_ids(generation_config: Any) -> set[int]:
+    """The ids that end a generated turn: the end-of-sequence token(s) and the padding after them."""
+    eos = generation_config.eos_token_id
+    ends = set(eos) if isinstance(eos, list) else ({eos} if eos is not None else set())
+    return ends | {generation_config.pad_token_id}
+
+
+def _turn_length(row: list[int], stops: set[int]) -> int:
+    """The tokens the model wrote in one generated row: up to its first end token, that one included."""
+    for position, token in enumerate(row):
+        if token in stops:
+            return position + 1
+    return len(row)
 
 
 def _generation_config(model: Any, tokenizer: Any, max_new_tokens: int, temperature: float) -> Any:

@@ -53,7 +53,7 @@ class OpenAIPolicy:
         base_url: The endpoint (e.g. ``http://127.0.0.1:8000/v1``); None means OpenAI's API.
         api_key_env: The environment variable holding the key. Local servers need none.
         temperature: Sampling temperature.
-        max_tokens: Most tokens per assistant turn.
+        max_tokens: Most tokens per assistant turn, unless the rollout gives a turn its own limit.
         timeout_s: Timeout of one request, in seconds.
         max_retries: Retries after a 429, a 5xx, a timeout or a dropped connection.
         extra_body: Extra JSON fields for the request (e.g. vLLM's ``top_k``).
@@ -136,7 +136,8 @@ class OpenAIPolicy:
         return self._native[1]
 
     async def act(self, state: EpisodeState) -> str:
-        """Ask the endpoint for the next assistant turn and return its text (tag protocol)."""
+        """Ask the endpoint for the next assistant turn and return its text (tag protocol); the endpoint's
+        count of the turn's tokens is added to ``state.model_tokens``."""
         if self.tool_mode == "native":
             native = self.native_tool_calling(state.tool_specs)
             messages = native.messages(state, lambda content: self._content(content, state))
@@ -147,7 +148,7 @@ class OpenAIPolicy:
             model=self.model,
             messages=messages,  # type: ignore[arg-type]
             temperature=self.temperature,
-            max_tokens=self.max_tokens,
+            max_tokens=state.max_new_tokens or self.max_tokens,
             extra_body=self.extra_body or None,
             **tools,
         )
@@ -155,6 +156,7 @@ class OpenAIPolicy:
         if response.usage is not None:
             self.usage["prompt_tokens"] += response.usage.prompt_tokens
             self.usage["completion_tokens"] += response.usage.completion_tokens
+            state.model_tokens += response.usage.completion_tokens
         if not response.choices:
             raise RuntimeError(f"the endpoint returned no choices for model {self.model!r}")
         message = response.choices[0].message
