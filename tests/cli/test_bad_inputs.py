@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,7 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from spacetools.bench.dataset import Sample, write_parquet
+from spacetools.bench.evaluate import EvalConfig
 from spacetools.cli.main import app
+from spacetools.toolshed import ToolsConfig
 
 runner = CliRunner()
 BENCH = "spatialsim_cvb2drelation"
@@ -34,7 +37,15 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "latin1.txt").write_bytes(b"caf\xe9 {tools}\n")
     (root / "fake.parquet").write_text("not a table\n")
     (root / "other_run").mkdir()
-    (root / "other_run" / "run.json").write_text('{"profile": "exact"}')
+    # The run.json of this folder's eval with exact tools (the scripted policy gets the turn limit).
+    other = EvalConfig(
+        data=root / "data",
+        out=root / "other_run",
+        policy="scripted",
+        policy_options={"max_turns": 8},
+        tools=ToolsConfig(profile="exact"),
+    )
+    (root / "other_run" / "run.json").write_text(json.dumps(other.run_record()))
     return root
 
 
@@ -134,7 +145,7 @@ CASES: list[tuple[str, Case, str]] = [
     (
         "resume-other-settings",
         lambda p: eval_args(p, "--profile", "harsh", out="other_run"),
-        "holds a run with other settings (profile: 'exact' -> 'harsh')",
+        "holds a run with other settings (tools.profile: 'exact' -> 'harsh')",
     ),
     ("generate-into-a-full-folder", lambda p: ["data", "generate", "--out", str(p), "--n", "1"], "not empty"),
     (

@@ -71,6 +71,7 @@ def test_the_recipes_tools_and_rollout_reach_every_stage_with_each_blocks_own_fi
         ("grpo: {rollout: {max_turn: 3}}\n", "grpo.rollout.max_turn: Extra inputs are not permitted"),
         ("tools: {profile: perfect}\n", "unknown profile 'perfect'"),
         ("irl_toolset: pointer\n", "unknown toolset 'pointer'"),
+        ("irl: {tools: {toolset: v1}}\n", "irl.tools.toolset: the IRL teacher's tool set is irl_toolset"),
         ("profile: exact\n", "profile: Extra inputs are not permitted"),  # now tools.profile
         ("eval_max_turns: 4\n", "eval_max_turns: Extra inputs are not permitted"),  # now rollout.max_turns
     ],

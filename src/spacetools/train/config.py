@@ -16,6 +16,7 @@ from pydantic import (
     PositiveInt,
     StringConstraints,
     field_validator,
+    model_validator,
 )
 
 from spacetools.agent.rollout import RolloutConfig
@@ -307,6 +308,12 @@ class DIRLConfig(BaseModel):
     def _known_toolset(cls, value: str) -> str:
         get_toolset(value)  # a ValueError listing the choices
         return value
+
+    @model_validator(mode="after")
+    def _one_irl_toolset(self) -> DIRLConfig:
+        if "toolset" in self.irl.tools.model_fields_set:
+            raise ValueError("irl.tools.toolset: the IRL teacher's tool set is irl_toolset")
+        return self
 
     def stage_settings(self, block: BaseModel) -> dict[str, Any]:
         """A stage block's settings over the recipe's: its `tools` and `rollout` are the recipe's with the
