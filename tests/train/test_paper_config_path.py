@@ -61,7 +61,7 @@ def _dtypes(model_dir: Path) -> set[torch.dtype]:
 
 
 def test_the_paper_sft_settings_train_in_bf16_with_checkpointing(tiny_model: Path, tmp_path: Path) -> None:
-    settings = PAPER.sft
+    settings = PAPER.stage_settings(PAPER.sft)
     assert (settings["dtype"], settings["gradient_checkpointing"], settings["freeze_vision"]) == (
         "bfloat16",
         True,
