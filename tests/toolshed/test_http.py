@@ -202,6 +202,9 @@ def test_an_unknown_or_closed_session_is_a_404(http: httpx.Client) -> None:
             {"images": [encode_image(IMAGE)], "attachments": [None, None]},
             "got 1 images but 2 attachments",
         ),
+        # A field the API does not have (an attachment is `{"scene": …}` under `attachments`) is named.
+        ("/sessions", {"images": [encode_image(IMAGE)], "scenes": ["{}"]}, "Extra inputs are not permitted"),
+        ("/sessions/{id}/images", {"image": encode_image(IMAGE), "scene": "{}"}, '"body", "scene"'),
         ("/sessions/{id}/calls", {"name": "echo.echo"}, "Input should be a valid list"),
         ("/sessions/{id}/calls", [{"arguments": {}}], "Field required"),
         ("/sessions/{id}/images", {"image": "data:image/jpeg;base64,!!"}, "not valid base64"),

@@ -36,7 +36,6 @@ from spacetools.toolshed.metrics import CONTENT_TYPE, render_metrics
 from spacetools.toolshed.session import MemoryLimitError, TooManySessionsError
 from spacetools.toolshed.shed import Session, Toolshed
 from spacetools.toolshed.wire import (
-    Attachment,
     CallRequest,
     CallResponse,
     HealthResponse,
@@ -206,7 +205,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         if attachments is not None and len(attachments) != len(images):
             raise HTTPException(422, f"got {len(images)} images but {len(attachments)} attachments")
         try:
-            session = toolshed.open_session(images, _checked(attachments), seed=request.seed)
+            session = toolshed.open_session(images, attachments, seed=request.seed)
         except TooManySessionsError as exc:
             raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from None
         except MemoryLimitError as exc:
@@ -283,7 +282,6 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         session = open_session(session_id)
         (image,) = await decode_images([request.image])
         try:
-            _checked([request.attachment])
             return ImageResponse(index=session.add_image(image, request.attachment))
         except MemoryLimitError as exc:
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
@@ -332,15 +330,6 @@ def _read_calls(body: bytes) -> list[CallRequest]:
 def _brief_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """Validation errors without the input they echo (which may be what could not be encoded)."""
     return [{key: error.get(key) for key in ("type", "loc", "msg")} for error in errors]
-
-
-def _checked(attachments: Sequence[Attachment] | None) -> list[Attachment] | None:
-    """The attachments, with a clear 422 for a simulated scene that is not a scene spec JSON string."""
-    for attachment in attachments or []:
-        scene = (attachment or {}).get("scene")
-        if scene is not None and not isinstance(scene, str):
-            raise HTTPException(422, "an attachment's 'scene' must be the scene spec as a JSON string")
-    return None if attachments is None else list(attachments)
 
 
 def _jsonable_or_none(value: Any) -> Any:
