@@ -43,6 +43,7 @@ from spacetools.toolshed.wire import (
     ImageResponse,
     SessionRequest,
     SessionResponse,
+    ToolSpecResponse,
 )
 
 __all__ = ["RemoteSession", "RemoteToolshed", "RemoteToolshedError"]
@@ -51,6 +52,7 @@ Arguments = Mapping[str, Any] | str | None
 
 _log = logging.getLogger(__name__)
 _CALL_RESULTS = TypeAdapter(list[CallResponse])
+_SPECS = TypeAdapter(list[ToolSpecResponse])
 
 
 class RemoteToolshedError(RuntimeError):
@@ -245,15 +247,15 @@ class RemoteToolshed:
             return
         client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s, headers=self._headers)
         try:
-            response = await client.get("/tools")
+            response = await client.get("/tools/specs")
             _raise_for_status(response)
-            schemas = response.json()
+            specs = _SPECS.validate_json(response.content)
         except Exception as exc:
             await client.aclose()
             raise ConnectionError(
                 f"cannot use the Toolshed server at {self.base_url}: {_describe(exc)}"
             ) from exc
-        self._specs = [ToolSpec(**schema["function"]) for schema in schemas]
+        self._specs = [ToolSpec(**spec.model_dump()) for spec in specs]
         self._client = client
 
     async def close(self) -> None:

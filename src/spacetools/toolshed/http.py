@@ -5,7 +5,7 @@ Tools then run decoupled from the RL or evaluation loop: the loop talks to this 
 is `spacetools.toolshed.wire`; the limits the server enforces are `spacetools.toolshed.limits`.
 
 Endpoints: `GET /health`, `GET /tools` (OpenAI function schemas), `GET /tools/hermes` (the prompt's
-`<tools>` block), `POST /sessions`, `POST /sessions/{id}/calls[?images=true]`,
+`<tools>` block), `GET /tools/specs` (the specs with their geometry declarations, for `RemoteToolshed`), `POST /sessions`, `POST /sessions/{id}/calls[?images=true]`,
 `POST /sessions/{id}/images`, `DELETE /sessions/{id}`, `GET /stats`, `GET /metrics` (Prometheus).
 """
 
@@ -44,6 +44,7 @@ from spacetools.toolshed.wire import (
     SessionRequest,
     SessionResponse,
     ToolAvailability,
+    ToolSpecResponse,
 )
 
 __all__ = ["create_app", "return_freed_memory", "toolshed_for"]
@@ -191,6 +192,11 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     async def tools() -> list[dict[str, Any]]:
         """The OpenAI function schema of every tool method served."""
         return [spec.to_openai() for spec in toolshed.specs()]
+
+    @app.get("/tools/specs")
+    async def tool_specs() -> list[ToolSpecResponse]:
+        """Every tool method's spec: the function schema's fields and the geometry its `value` holds."""
+        return [ToolSpecResponse.model_validate(spec, from_attributes=True) for spec in toolshed.specs()]
 
     @app.get("/tools/hermes", response_class=PlainTextResponse)
     async def tools_hermes() -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "SessionRequest",
     "SessionResponse",
     "ToolAvailability",
+    "ToolSpecResponse",
 ]
 
 #: Per-image metadata for the tools, passed to them unread (e.g. `{"scene": "<scene spec JSON>"}`, what
@@ -96,6 +97,18 @@ class CallResponse(BaseModel):
     value: Any = Field(default=None, description="The tool's structured (JSON) result, for code to read.")
     image_indices: list[int] = Field(
         default_factory=list, description="The conversation indices the session gave the tool's pictures."
+    )
+
+
+class ToolSpecResponse(BaseModel):
+    """One tool method as `GET /tools/specs` lists it: what the model sees, and its geometry declaration."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    geometry: dict[str, str] = Field(
+        default_factory=dict,
+        description='Keys of its `value` that hold geometry, with their kinds ("points", …).',
     )
 
 
