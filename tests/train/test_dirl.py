@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spacetools.bench.summary import BenchmarkSummary, Summary
-from spacetools.train.dirl import valid_turn_rate
+from spacetools.train.results import valid_turn_rate
 
 
 def _bench(key: str, n: int, turns_mean: float, invalid_turns: int) -> BenchmarkSummary:
