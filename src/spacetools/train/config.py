@@ -263,6 +263,9 @@ class DIRLConfig(BaseModel):
     universal_teacher: dict[str, Any] = Field(default_factory=lambda: {"teacher": "scripted"})
     irl: dict[str, Any] = Field(default_factory=dict, description="stage-1 GRPO settings (IRL teacher)")
     irl_toolset: str = "pointing"
+    irl_traces_limit: PositiveInt | None = Field(
+        None, description="training questions per family the IRL teacher answers for the mix (None: all)"
+    )
     irl_families: list[str] = Field(default_factory=lambda: ["robospatial"])
     mix: dict[str, float] = Field(default_factory=lambda: {"irl": 1.0, "universal": 3.0})
     teacher_thoughts: Thoughts = Field(

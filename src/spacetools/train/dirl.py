@@ -359,6 +359,7 @@ class DIRLRun:
             teacher,
             folder / "traces.jsonl",
             benches=self._irl_benches,
+            limit=self.config.irl_traces_limit,
             max_turns=self.config.irl.get("max_turns", irl["max_turns"].default),
         )
         counts = await collect_traces_async(config)
