@@ -4,8 +4,13 @@ Stages run in order and each leaves a `DONE` marker in its folder; a rerun of th
 finished stages and continues the unfinished one from its checkpoint (SFT and GRPO resume exactly), so a
 run killed with -9 anywhere ends with the same results as an unbroken one.
 
-    data → universal traces → base model → eval(base) → stage-1 GRPO (one pointing tool: the IRL
-    teacher) → IRL traces → mix → SFT → eval(sft) → stage-2 GRPO (all tools) → eval(dirl) → table, plots
+    data → constant-guess baseline → universal traces → base model → stage-1 GRPO (one pointing tool: the
+    IRL teacher) → IRL traces → mix → SFT → eval(sft) → stage-2 GRPO (all tools) → eval(dirl) → eval(base)
+    → table, plots
+
+Each model is evaluated on the held-out set and, with `data.second_eval_seed`, on a second one; the
+results table (`results.md`, :mod:`spacetools.train.results`) puts every headline beside the constant
+guess, with the paired gain of stage 2 over SFT on the same questions.
 
 With `ablation: true` the run also trains DIRL without stage 1 (SFT on the universal teacher's traces
 alone, then stage 2): the evaluations then cover the paper's miniature ablation (untrained, SFT only,
@@ -149,24 +154,28 @@ class DIRLRun:
         await self.stage("traces_irl", self._irl_traces)
         await self.stage("traces_mix", self._mix)
         await self.stage("sft", self._sft)
+        # Each model is evaluated as soon as it exists, on every held-out set; the untrained base last.
         await self.stage("eval_sft", lambda folder: self._evaluate(self.stage_dir("sft") / "model", folder))
+        if config.data.second_eval_seed is not None:
+            await self.stage(
+                "eval_sft_2",
+                lambda folder: self._evaluate(
+                    self.stage_dir("sft") / "model", folder, data=self.second_eval_data
+                ),
+            )
         await self.stage("grpo", self._grpo)
         await self.stage("eval_dirl", lambda folder: self._evaluate(self.stage_dir("grpo") / "model", folder))
-        # The untrained base after the trained models: the headline results come first.
+        if config.data.second_eval_seed is not None:
+            await self.stage(
+                "eval_dirl_2",
+                lambda folder: self._evaluate(
+                    self.stage_dir("grpo") / "model", folder, data=self.second_eval_data
+                ),
+            )
         await self.stage(
             "eval_base",
             lambda folder: self._evaluate(self.base_model, folder, limit=config.ablation_eval_limit),
         )
-        if config.data.second_eval_seed is not None:
-            second = self.second_eval_data
-            await self.stage(
-                "eval_sft_2",
-                lambda folder: self._evaluate(self.stage_dir("sft") / "model", folder, data=second),
-            )
-            await self.stage(
-                "eval_dirl_2",
-                lambda folder: self._evaluate(self.stage_dir("grpo") / "model", folder, data=second),
-            )
         trained = ["irl_teacher", "sft", "grpo"]
         if config.ablation:
             await self.stage("traces_no_irl", self._mix_without_irl)
