@@ -4,16 +4,15 @@ The arguments are read (JSON text or an object), checked for shape (nesting and 
 at the first container past `MAX_ARGUMENT_DEPTH` and past `MAX_ARGUMENT_ELEMENTS` values), their
 `"$name"` references resolved against values the caller looked up, validated against the tool method,
 and given an identity from which the call's seed is drawn. Each step costs time in the arguments' size,
-so the Toolshed runs them off the event loop (`run`) unless they are small (`is_small`).
+so the Toolshed runs them off the event loop unless they are small (`is_small`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -29,11 +28,9 @@ __all__ = [
     "is_small",
     "read_arguments",
     "resolve_and_validate",
-    "run",
 ]
 
 Arguments = Mapping[str, Any] | str | None
-_T = TypeVar("_T")
 
 #: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
 MAX_ARGUMENT_DEPTH = 32
@@ -70,11 +67,6 @@ def is_small(value: Any) -> bool:
 
 def _byte_size(item: str | bytes | np.ndarray) -> int:
     return item.nbytes if isinstance(item, np.ndarray) else len(item)
-
-
-async def run(inline: bool, work: Callable[..., _T], *args: Any) -> _T:
-    """`work(*args)`, here when `inline`, else in a thread (off the event loop)."""
-    return work(*args) if inline else await asyncio.to_thread(work, *args)
 
 
 def read_arguments(name: str, arguments: Arguments) -> tuple[dict[str, Any], list[str]]:
@@ -127,9 +119,8 @@ def resolve_and_validate(
     """The validated keyword arguments (references replaced by `values`) and the call's identity text,
     from which its seed is drawn (the arguments as the model wrote them, so that seeds do not depend
     on variable contents)."""
-    kwargs = method.validate(resolve_references(raw, values.__getitem__))
-    identity = json.dumps([*identity_head, raw], sort_keys=True, separators=(",", ":"), default=_digest)
-    return kwargs, identity
+    kwargs = method.validate(resolve_references(raw, values.__getitem__) if values else raw)
+    return kwargs, _IDENTITY.encode([*identity_head, raw])
 
 
 def call_seed(state: SessionState, identity: str) -> int:
@@ -150,3 +141,8 @@ def _digest(value: Any) -> str:
     if isinstance(value, np.generic):
         return repr(value.item())
     return repr(value)
+
+
+#: Writes a call's identity (what `json.dumps` with these options writes, without building an encoder
+#: per call).
+_IDENTITY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_digest)

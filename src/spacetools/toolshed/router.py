@@ -16,9 +16,9 @@ import asyncio
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from spacetools.tools.definition import ToolContext, ToolResult, error_result
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed, SetupFailed
 
 __all__ = ["ToolRouter", "ToolStats"]
+
+_T = TypeVar("_T")
 
 _LATENCY_WINDOW = 10_000
 # Histogram bounds, seconds: from a vision op's millisecond to a model call's minute (Prometheus `le`).
@@ -94,6 +96,35 @@ def _percentiles_ms(samples: deque[float]) -> dict[str, float | None]:
         return {"p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(np.fromiter(samples, dtype=float), [50, 90, 99]) * 1000.0
     return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
+
+
+async def _within(seconds: float, awaitable: Awaitable[_T]) -> _T:
+    """`await awaitable`, cancelled with an `asyncio.TimeoutError` after `seconds`.
+
+    `asyncio.wait_for` (before Python 3.12) runs a coroutine in a task of its own, which costs more
+    than a no-op call; this cancels the caller's own task instead, as `asyncio.timeout` does. The timer
+    is cancelled before anything else runs once the awaitable is done, so a cancellation that arrives
+    is the deadline's (or, on Python 3.11+, counted apart: one from elsewhere still propagates).
+    """
+    task = asyncio.current_task()
+    assert task is not None, "runs in a task"
+    fired = False
+
+    def fire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(seconds, fire)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        uncancel = getattr(task, "uncancel", None)
+        if fired and (uncancel is None or uncancel() == 0):
+            raise asyncio.TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
 
 
 class _Unavailable:
@@ -196,22 +227,24 @@ class ToolRouter:
         instance that was running it.
         """
         queued_at = time.perf_counter()
-        self._waiting += 1
-        try:
-            instance = await asyncio.wait_for(self._next_instance(), self.max_queue_wait_s)
-        except asyncio.TimeoutError:
-            self.stats.queue_timeouts += 1
-            result = ToolResult.error(
-                f"TimeoutError: {method} waited {self.max_queue_wait_s:g} s for a free {self.name} "
-                "instance; the tool is overloaded, try again later"
-            )
-            self.stats.record(result, time.perf_counter() - queued_at)
-            return result
-        except asyncio.CancelledError:
-            self.stats.cancelled += 1
-            raise
-        finally:
-            self._waiting -= 1
+        instance = self._idle_instance() if self._waiting == 0 else None
+        if instance is None:
+            self._waiting += 1
+            try:
+                instance = await asyncio.wait_for(self._next_instance(), self.max_queue_wait_s)
+            except asyncio.TimeoutError:
+                self.stats.queue_timeouts += 1
+                result = ToolResult.error(
+                    f"TimeoutError: {method} waited {self.max_queue_wait_s:g} s for a free {self.name} "
+                    "instance; the tool is overloaded, try again later"
+                )
+                self.stats.record(result, time.perf_counter() - queued_at)
+                return result
+            except asyncio.CancelledError:
+                self.stats.cancelled += 1
+                raise
+            finally:
+                self._waiting -= 1
         started_at = time.perf_counter()
         if isinstance(instance, _Unavailable):
             result = ToolResult.error(f"RuntimeError: {instance.message}")
@@ -221,7 +254,7 @@ class ToolRouter:
         self._busy += 1
         reusable = False
         try:
-            result = await asyncio.wait_for(instance.invoke(method, kwargs, ctx), self.timeout_s)
+            result = await _within(self.timeout_s, instance.invoke(method, kwargs, ctx))
             reusable = True
         except asyncio.TimeoutError:
             self.stats.timeouts += 1
@@ -314,6 +347,18 @@ class ToolRouter:
             "idle": self._free.qsize() - int(self._unavailable is not None),
         }
 
+    def _idle_instance(self) -> Instance | _Unavailable | None:
+        """A free instance (or the unavailable marker) taken without waiting; None when none is free.
+
+        Only for a caller with nobody queued before it: it cannot then take an instance freed for
+        another.
+        """
+        while self._started and not self._free.empty():
+            taken = self._take(self._free.get_nowait())
+            if taken is not None:
+                return taken
+        return None
+
     async def _next_instance(self) -> Instance | _Unavailable:
         if not self._started:
             return _Unavailable(f"the {self.name} tool is not started")
@@ -321,16 +366,23 @@ class ToolRouter:
         # freed before the waiter that was woken for it runs, and starve the queue.
         await asyncio.sleep(0)
         while True:
-            instance = await self._free.get()
-            if isinstance(instance, _Unavailable):
-                if instance is not self._unavailable:
-                    continue  # stale: the tool recovered since
-                self._free.put_nowait(instance)  # leave it for the next caller too
-                return instance
-            if instance.alive:
-                return instance
-            self.stats.crashes += 1  # died while idle
-            self._replace_later(instance)
+            taken = self._take(await self._free.get())
+            if taken is not None:
+                return taken
+
+    def _take(self, item: Instance | _Unavailable) -> Instance | _Unavailable | None:
+        """What a caller gets for an item of the free queue: a live instance, the current unavailable
+        marker (left in the queue for the next caller too), or None (a stale marker, a dead instance)."""
+        if isinstance(item, _Unavailable):
+            if item is not self._unavailable:
+                return None  # stale: the tool recovered since
+            self._free.put_nowait(item)
+            return item
+        if item.alive:
+            return item
+        self.stats.crashes += 1  # died while idle
+        self._replace_later(item)
+        return None
 
     def _replace_later(self, instance: Instance) -> None:
         task = asyncio.get_running_loop().create_task(self._replace(instance))
