@@ -24,6 +24,7 @@ import numpy as np
 
 from spacetools.tools.definition import ToolContext, ToolResult, error_result
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed, SetupFailed
+from spacetools.toolshed.standby import Standby
 
 __all__ = ["ToolRouter", "ToolStats"]
 
@@ -149,6 +150,7 @@ class ToolRouter:
         max_queue_wait_s: float | None = None,
         max_retry_s: float = _MAX_RETRY_S,
         watch_interval_s: float = _WATCH_INTERVAL_S,
+        standby: int = 0,
     ) -> None:
         self.name = name
         self.timeout_s = timeout_s
@@ -169,11 +171,17 @@ class ToolRouter:
         self._unavailable: _Unavailable | None = None
         self._down = 0  # instance slots whose restart failed and is being retried
         self._watcher: asyncio.Task[None] | None = None
+        self._standby = Standby(make_instance, standby)
 
     @property
     def instances(self) -> list[Instance]:
         """The current instances (replaced ones drop out)."""
         return list(self._instances)
+
+    @property
+    def standby(self) -> list[Instance]:
+        """Started instances kept outside the pool, ready to join it (`ToolDeployment.standby_instances`)."""
+        return self._standby.instances
 
     @property
     def available(self) -> bool:
@@ -208,6 +216,7 @@ class ToolRouter:
             self._free.put_nowait(instance)
         self._started = True
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        self._standby.refill()
 
     async def close(self) -> None:
         """Turn callers away and kill every instance."""
@@ -218,6 +227,7 @@ class ToolRouter:
         for task in list(self._replacements):
             task.cancel()
         await asyncio.gather(*self._replacements, return_exceptions=True)
+        await self._standby.close()
         await asyncio.gather(*(instance.kill() for instance in self._instances))
 
     async def call(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -288,19 +298,23 @@ class ToolRouter:
                 instance.release_session(session_id)
 
     async def grow(self, count: int) -> tuple[int, str | None]:
-        """Start `count` more instances (autoscaling), each joining the pool as soon as it is up.
+        """Add `count` instances (autoscaling), each joining the pool as soon as it is up: standby
+        instances at once, then new ones.
 
         Returns how many joined and the first failure; a shutdown meanwhile kills those still starting.
         """
 
         async def add_one() -> None:
-            instance = self._make_instance()
+            instance = self._standby.take()
             try:
-                await instance.start()
+                if instance is None:
+                    instance = self._make_instance()
+                    await instance.start()
                 if self._unavailable is not None:
                     raise RuntimeError(f"the {self.name} tool was shut down")
             except BaseException:
-                await instance.kill()
+                if instance is not None:
+                    await instance.kill()
                 raise
             self._instances.append(instance)
             self._size += 1
@@ -311,7 +325,8 @@ class ToolRouter:
         return count - len(failures), str(failures[0]) if failures else None
 
     async def shrink(self) -> bool:
-        """Stop one idle instance (autoscaling); False when none is idle."""
+        """Take one idle instance out of the pool (autoscaling): into the standby when it has room,
+        else stopped; False when none is idle."""
         if self._free.empty():
             return False
         instance = self._free.get_nowait()
@@ -320,7 +335,8 @@ class ToolRouter:
             return False
         self._instances = [other for other in self._instances if other is not instance]
         self._size -= 1
-        await instance.kill()
+        if not self._standby.offer(instance):
+            await instance.kill()
         return True
 
     def snapshot(self) -> dict[str, Any]:
@@ -345,6 +361,7 @@ class ToolRouter:
             "queue_depth": self._waiting,
             "busy": self._busy,
             "idle": self._free.qsize() - int(self._unavailable is not None),
+            "standby": len(self._standby.instances),
         }
 
     def _idle_instance(self) -> Instance | _Unavailable | None:
@@ -409,6 +426,9 @@ class ToolRouter:
         killed = 0  # starts in a row that died without a setup failure
         down = False  # counted among the slots that cannot serve
         while True:
+            new = self._standby.take()
+            if new is not None:
+                break
             new = self._make_instance()
             try:
                 await new.start()

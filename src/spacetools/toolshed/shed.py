@@ -188,6 +188,7 @@ class Toolshed:
             deployment.timeout_s,
             deployment.backend,
             max_queue_wait_s=self._max_queue_wait_s,
+            standby=deployment.standby_instances,
         )
         self._routers[tool_class.name] = router
         for method in tool_methods(tool_class).values():

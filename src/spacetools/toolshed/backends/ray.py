@@ -355,7 +355,7 @@ def ray_factory(deployment: ToolDeployment, name: str) -> Callable[[], RayInstan
     placement = (
         _Placement(
             deployment.placement,
-            deployment.max_instances or deployment.instances,
+            (deployment.max_instances or deployment.instances) + deployment.standby_instances,
             deployment.num_cpus,
             deployment.num_gpus,
         )
