@@ -111,6 +111,8 @@ class Session:
 
     async def call_many(self, calls: Sequence[tuple[str, Arguments]]) -> list[ToolResult]:
         """Run the calls of one turn in parallel; results in call order."""
+        if len(calls) == 1:  # most turns make one call: no task to gather
+            return [await self.call(*calls[0])]
         return list(await asyncio.gather(*(self.call(name, arguments) for name, arguments in calls)))
 
     def close(self) -> None:
