@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Reversible
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,8 @@ MAX_ARGUMENT_ELEMENTS = 100_000
 #: on the event loop: a thread's round trip would cost more than they do.
 _SMALL_VALUES = 256
 _SMALL_BYTES = 16 * 2**10
+_PLAIN_NUMBERS = frozenset({int, float, bool, type(None)})
+_PLAIN_SCALARS = _PLAIN_NUMBERS | {str}
 
 
 def is_small(value: Any) -> bool:
@@ -51,16 +53,18 @@ def is_small(value: Any) -> bool:
     while stack:
         item = stack.pop()
         budget -= 1
-        if isinstance(item, Mapping | list | tuple):
+        if budget < 0:
+            return False
+        if type(item) in _PLAIN_NUMBERS:  # the common case first: no abstract class to ask
+            continue
+        if isinstance(item, dict | list | tuple | Mapping):
             if len(item) > budget:
                 return False
-            stack.extend(item.values() if isinstance(item, Mapping) else item)
+            stack.extend(item.values() if isinstance(item, dict | Mapping) else item)
         elif isinstance(item, str | bytes | np.ndarray):
             if _byte_size(item) > _SMALL_BYTES:
                 return False
         elif not isinstance(item, int | float | None | np.generic):  # of unknown cost to check
-            return False
-        if budget < 0:
             return False
     return True
 
@@ -104,13 +108,20 @@ def _check_shape(name: str, arguments: Mapping[str, Any]) -> None:
                 f"the arguments for {name} hold more than {MAX_ARGUMENT_ELEMENTS:,} values; pass large "
                 "data as a variable"
             )
-        if isinstance(item, Mapping | list | tuple):
-            if depth > MAX_ARGUMENT_DEPTH:
-                raise ToolError(
-                    f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
-                )
-            children = list(item.values() if isinstance(item, Mapping) else item)
-            stack.extend((child, depth + 1) for child in reversed(children))
+        if type(item) in _PLAIN_SCALARS:  # the common case first: no abstract class to ask
+            continue
+        children: Reversible[Any]
+        if isinstance(item, list | tuple):
+            children = item
+        elif isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, Mapping):
+            children = list(item.values())
+        else:
+            continue
+        if depth > MAX_ARGUMENT_DEPTH:
+            raise ToolError(f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+        stack.extend([(child, depth + 1) for child in reversed(children)])
 
 
 def resolve_and_validate(
