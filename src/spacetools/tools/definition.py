@@ -105,38 +105,61 @@ class ToolResult:
         return cls(text=f"Error: {message}", is_error=True)
 
 
-@dataclass
 class ToolContext:
     """Per-call context injected into a tool method's keyword-only `ctx` parameter.
 
     A call receives only the images its arguments reference (its `image_index` arguments), the size
     of every image of the conversation, and one attachment dict per image: per-image metadata the
     caller supplied (e.g. a simulated scene under ``"scene"``) that the Toolshed passes through unread.
+    `rng` is the call's random generator, given as one or as the seed it is made from (on first use:
+    most calls draw nothing, and making one costs tens of microseconds).
     """
 
-    session_id: str
-    images: dict[int, np.ndarray]
-    image_sizes: list[tuple[int, int]]
-    attachments: list[dict[str, Any]]
-    rng: np.random.Generator
+    def __init__(
+        self,
+        session_id: str,
+        images: dict[int, np.ndarray],
+        image_sizes: list[tuple[int, int]],
+        attachments: list[dict[str, Any]],
+        rng: np.random.Generator | int,
+    ) -> None:
+        self.session_id = session_id
+        self.images = images
+        self.image_sizes = image_sizes
+        self.attachments = attachments
+        self._rng: np.random.Generator | int = rng
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The call's random generator (`np.random.default_rng(seed)` when given a seed)."""
+        if not isinstance(self._rng, np.random.Generator):
+            self._rng = np.random.default_rng(self._rng)
+        return self._rng
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolContext(session_id={self.session_id!r}, images={sorted(self.images)}, "
+            f"image_sizes={self.image_sizes!r}, attachments={len(self.attachments)})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
-        # Pickling a Generator re-seeds a bit generator from the OS (~0.1 ms per call sent to a worker);
-        # its state dict pickles in microseconds and restores the stream exactly.
+        # A seed pickles as itself. Pickling a Generator re-seeds a bit generator from the OS (~0.1 ms
+        # per call sent to a worker); its state dict pickles in microseconds and restores the stream.
         state = dict(self.__dict__)
-        bit_generator = self.rng.bit_generator
-        if hasattr(np.random, type(bit_generator).__name__):
-            state["rng"] = (type(bit_generator).__name__, bit_generator.state)
+        if isinstance(self._rng, np.random.Generator):
+            bit_generator = self._rng.bit_generator
+            if hasattr(np.random, type(bit_generator).__name__):
+                state["_rng"] = (type(bit_generator).__name__, bit_generator.state)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        rng = state["rng"]
+        rng = state["_rng"]
         if isinstance(rng, tuple):
             name, bit_state = rng
             bit_generator = getattr(np.random, name)(0)
             bit_generator.state = bit_state
             rng = np.random.Generator(bit_generator)
-        self.__dict__.update(state, rng=rng)
+        self.__dict__.update(state, _rng=rng)
 
     @classmethod
     def local(
@@ -153,7 +176,7 @@ class ToolContext:
             images=dict(enumerate(images)),
             image_sizes=[(image.shape[0], image.shape[1]) for image in images],
             attachments=list(attachments) if attachments is not None else [{} for _ in images],
-            rng=np.random.default_rng(seed),
+            rng=seed,
         )
 
     @property

@@ -136,6 +136,17 @@ class FaultTool(EchoTool):
         raise RuntimeError(message)
 
     @tool_method
+    def context(self, *, ctx: ToolContext) -> ToolResult:
+        """Report what the call's context holds: each image's size and its attachment's keys."""
+        return ToolResult(
+            text="; ".join(
+                f"{height}x{width} {sorted(ctx.attachment(index))}"
+                for index, (height, width) in enumerate(ctx.image_sizes)
+            )
+            or "no images"
+        )
+
+    @tool_method
     def make_array(self, n: int) -> ToolResult:
         """Create a float32 array of n ones and store it as $array.
 

@@ -46,6 +46,11 @@ class ToolDeployment(BaseModel):
     scale_down_idle_s: float = Field(
         default=30.0, gt=0, description="Shrink after an instance idled this long."
     )
+    # Warm standby (see toolshed.standby): started outside the pool, taken at once when the pool grows
+    # or an instance must be replaced (a fresh Ray actor takes seconds to start).
+    standby_instances: int = Field(
+        default=0, ge=0, le=256, description="Instances kept started outside the pool, ready to join it."
+    )
 
     @field_validator("tool")
     @classmethod
