@@ -264,6 +264,10 @@ def _worker_main(
 ) -> None:
     """The worker's loop: build the tool, then answer calls until the pipe closes."""
     die_with_parent(server_temp_dir)
+    if server_temp_dir is not None:
+        # The server's temporary folder is the worker's too (`multiprocessing.util.get_temp_dir`): files
+        # that tools share there (the simulated tools' renders) live as long as the server.
+        vars(multiprocessing.current_process())["_config"]["tempdir"] = server_temp_dir
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle, not each worker's
     try:
         tool = resolve_tool_class(tool_ref)(**config)
