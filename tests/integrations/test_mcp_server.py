@@ -133,7 +133,9 @@ async def _exercise(session: ClientSession, scene: dict[str, Any], image: str) -
     assert "session_id" in tools["depth_estimator-estimate_depth"].input_schema["required"]
     assert "image_index" in tools["depth_estimator-estimate_depth"].input_schema["properties"]
 
-    opened = await session.call_tool("open_session", {"images": [image], "scenes": [scene["spec"]]})
+    opened = await session.call_tool(
+        "open_session", {"images": [image], "attachments": [{"scene": scene["spec"]}]}
+    )
     assert not opened.is_error, _text(opened)
     session_id = _text(opened).split("session_id: ")[1].split()[0]
 

@@ -123,6 +123,9 @@ class ToolCallRecord:
     image_indices: list[int] = field(default_factory=list)
     value: Any = None
     """The tool's structured result (`ToolResult.value`), JSON-able."""
+    geometry: dict[str, str] = field(default_factory=dict)
+    """The keys of `value` that hold geometry, with their kinds, as the tool method declares them
+    (`ToolSpec.geometry`): what the report draws."""
 
 
 def assistant_text(messages: Iterable[dict[str, Any]]) -> str:

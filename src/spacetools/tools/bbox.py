@@ -240,7 +240,7 @@ class BoundingBoxTool(Tool):
 
     name: ClassVar[str] = "bounding_box"
 
-    @tool_method
+    @tool_method(geometry={"corners_2d": "corners"})
     def compute_bbox(
         self, point_cloud: np.ndarray, mask: np.ndarray, focal_length_px: Variable[float], *, ctx: ToolContext
     ) -> ToolResult:

@@ -253,7 +253,7 @@ class GraspGeneratorTool(Tool):
         """The best grasp on the object; the hook a grasp server backend replaces."""
         return search_grasps(object_points, scene_points, rng, plane)
 
-    @tool_method
+    @tool_method(geometry={"points_2d": "grasp"})
     def compute_grasp(
         self,
         point_cloud: np.ndarray,
