@@ -108,6 +108,20 @@ def gripper_collides(pose: np.ndarray, width: float, points: np.ndarray) -> bool
     return bool(np.any(right | left | palm))
 
 
+def within_reach(points: np.ndarray, grasps: list[Grasp], max_width: float) -> np.ndarray:
+    """The points a gripper at any of the grasps could touch: those in the box around the grasps' origins
+    grown by the farthest reach of a finger or the palm (so the collision checks read far fewer points)."""
+    reach = float(
+        np.linalg.norm(
+            [max_width / 2.0 + FINGER_THICKNESS, FINGER_DEPTH / 2.0, max(FINGER_LENGTH, PALM_HEIGHT)]
+        )
+        + np.sqrt(3.0) * COLLISION_MARGIN
+    )
+    origins = np.array([g.pose[:3, 3] for g in grasps])
+    low, high = origins.min(axis=0) - reach, origins.max(axis=0) + reach
+    return points[np.all((points >= low) & (points <= high), axis=1)]
+
+
 def _sample_approach(up: np.ndarray, toward_camera: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """An approach direction: mostly from above (tilted up to 35°), sometimes from the camera's side."""
     down = -up
@@ -215,7 +229,7 @@ def search_grasps(
             "Top-down filtering removed all grasps. No grasps have z-axis aligned with gravity vector "
             f"(threshold={TOPDOWN_THRESHOLD})."
         )
-    obstacles = np.concatenate([scene_points, object_points])
+    obstacles = within_reach(np.concatenate([scene_points, object_points]), upright, max_width)
     free = [g for g in upright if not gripper_collides(g.pose, g.width, obstacles)]
     if not free:
         raise RuntimeError("No collision-free grasps found. All grasps collide with other objects.")
