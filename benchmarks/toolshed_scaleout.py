@@ -19,7 +19,7 @@ import statistics
 import time
 from typing import Any
 
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolResult, tool_method
 from spacetools.tools.diagnostics import SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.backends.ray import connect

@@ -26,11 +26,11 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spacetools.kit.definition import Tool, ToolContext, ToolError
 from spacetools.sim.observation import Observation
+from spacetools.sim.realism import Profile, get_profile
 from spacetools.sim.scene import SceneSpec
 from spacetools.sim.world import Scene
-from spacetools.tools.definition import Tool, ToolContext, ToolError
-from spacetools.tools.realism import Profile, get_profile
 
 DEFAULT_MAX_RENDER_PIXELS = 1024 * 1024
 MIN_RENDER_PIXELS = 64 * 64
