@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     ToolContext,
     ToolError,
     ToolMethod,

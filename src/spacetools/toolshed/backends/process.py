@@ -31,7 +31,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,

@@ -2,7 +2,7 @@
 
 A tool is a class whose methods marked `@tool_method` are what the model may call, by the public name
 `"<Tool.name>.<method>"`. Each method's arguments get one pydantic model, built from its type hints and
-its Google-style docstring (`tools.arguments`): it validates every call, and pydantic generates from it
+its Google-style docstring (`kit.arguments`): it validates every call, and pydantic generates from it
 the JSON schema the model sees. A method may also declare which keys of its result's `value` are
 geometry (`@tool_method(geometry={"points": "points"})`), so that code such as the evaluation report
 draws them without knowing the tool.
@@ -24,7 +24,7 @@ import docstring_parser
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from spacetools.tools.arguments import (
+from spacetools.kit.arguments import (
     ArgumentField,
     Variable,
     arguments_model,
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 MAX_ERROR_CHARS = 500
-#: The method name under which the Toolshed sends a gathered batch of calls (see tools.batching).
+#: The method name under which the Toolshed sends a gathered batch of calls (see kit.batching).
 BATCH_CALL = "__batch__"
 #: The kinds of geometry a tool method's `value` may hold under a key, all in normalized image
 #: coordinates of the image the call worked on: ``points`` (any number of ``[x, y]``), ``corners`` (the
@@ -325,7 +325,7 @@ class ToolMethod:
 
 def tool_methods(tool_cls: type[Tool]) -> dict[str, ToolMethod]:
     """All tool methods of a tool class by public name, in definition order (cached per class)."""
-    cached = tool_cls.__dict__.get("_spacetools_methods")
+    cached: dict[str, ToolMethod] | None = tool_cls.__dict__.get("_spacetools_methods")
     if cached is not None:
         return cached
     tool_name = getattr(tool_cls, "name", None)
@@ -373,7 +373,7 @@ def releases_sessions(tool_cls: type[Tool]) -> bool:
 def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
     """Run one tool method on an instance; every exception becomes an error result."""
     if method == BATCH_CALL:
-        from spacetools.tools.batching import invoke_batch  # builds on this module
+        from spacetools.kit.batching import invoke_batch  # builds on this module
 
         return invoke_batch(tool, **kwargs)
     try:
