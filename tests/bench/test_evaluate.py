@@ -14,12 +14,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
+from spacetools.agent.rollout import RolloutConfig
 from spacetools.agent.types import EpisodeState
 from spacetools.bench.dataset import episode_input, load_samples
 from spacetools.bench.evaluate import EvalConfig, RunMismatchError, check_resume, evaluate, read_rows
 from spacetools.bench.spatialsim import generator
 from spacetools.bench.summary import Summary
 from spacetools.cli.main import app
+from spacetools.toolshed import ToolsConfig
 
 ONE_BENCH = "spatialsim_cvb2drelation"
 
@@ -93,7 +95,12 @@ class SnoopingPolicy(ScriptedPolicy):
 def test_a_policy_cannot_reach_the_scene_while_the_tools_use_it(data: Path, tmp_path: Path) -> None:
     policy = SnoopingPolicy()
     benches = ["spatialsim_cvb3ddepth", "spatialsim_boppose"]
-    summary = evaluate(policy, data, out_dir=tmp_path, benches=benches, profile="exact", report=False)
+    summary = evaluate(
+        policy,
+        EvalConfig(
+            data=data, out=tmp_path, benches=benches, tools=ToolsConfig(profile="exact"), report=False
+        ),
+    )
     scenes = [sample.extra_info["scene"] for sample in load_samples(data, benches).values()]
     assert policy.reachable and not [s for s in policy.reachable for scene in scenes if scene in s]
     rows = read_rows(tmp_path / "samples.jsonl")
@@ -109,7 +116,7 @@ def test_limit_and_bad_arguments(data: Path, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no parquet for keys"):
         load_samples(data, ["spatialsim_nothing"])
     with pytest.raises(ValueError, match="unknown profile"):
-        evaluate(ScriptedPolicy(), data, out_dir=tmp_path, profile="perfect")
+        EvalConfig(data=data, out=tmp_path, tools=ToolsConfig(profile="perfect"))
 
 
 @pytest.mark.slow
@@ -144,21 +151,32 @@ def test_cli_run_writes_summary_samples_and_report(data: Path, tmp_path: Path) -
 def test_rerun_resumes_and_compare_prints_both_runs(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     first = CountingPolicy()
-    evaluate(first, data, out_dir=out, benches=[ONE_BENCH], profile="exact", limit=1)
+    evaluate(
+        first,
+        EvalConfig(data=data, out=out, benches=[ONE_BENCH], tools=ToolsConfig(profile="exact"), limit=1),
+    )
     assert first.episodes == 1
     kept = (out / "samples.jsonl").read_text()
 
     second = CountingPolicy()
-    summary = evaluate(second, data, out_dir=out, benches=[ONE_BENCH], profile="exact")
+    summary = evaluate(
+        second, EvalConfig(data=data, out=out, benches=[ONE_BENCH], tools=ToolsConfig(profile="exact"))
+    )
     assert second.episodes == 1  # only the sample the first run did not do
     assert (out / "samples.jsonl").read_text().startswith(kept)
     assert summary.benchmarks[ONE_BENCH].n == 2
 
     with pytest.raises(ValueError, match="other settings"):
-        evaluate(ScriptedPolicy(), data, out_dir=out, benches=[ONE_BENCH], profile="realistic")
+        evaluate(
+            ScriptedPolicy(),
+            EvalConfig(data=data, out=out, benches=[ONE_BENCH], tools=ToolsConfig(profile="realistic")),
+        )
 
     other = tmp_path / "harsh"
-    evaluate(ScriptedPolicy(), data, out_dir=other, benches=[ONE_BENCH], profile="harsh")
+    evaluate(
+        ScriptedPolicy(),
+        EvalConfig(data=data, out=other, benches=[ONE_BENCH], tools=ToolsConfig(profile="harsh")),
+    )
     result = CliRunner().invoke(app, ["eval", "compare", str(out), str(other / "summary.json")])
     assert result.exit_code == 0, result.output
     assert "cvb2drelation" in result.output and "accuracy" in result.output and "delta" in result.output
@@ -185,7 +203,14 @@ class WorkerKillingPolicy(ScriptedPolicy):
 def test_tool_workers_crashing_mid_run_lose_no_sample(data: Path, tmp_path: Path) -> None:
     policy = WorkerKillingPolicy()
     benches = ["spatialsim_boppose", "spatialsim_robospatial", "spatialsim_cvb3ddepth"]
-    summary = evaluate(policy, data, out_dir=tmp_path, benches=benches, profile="exact", concurrency=6)
+    config = EvalConfig(
+        data=data,
+        out=tmp_path,
+        benches=benches,
+        tools=ToolsConfig(profile="exact"),
+        rollout=RolloutConfig(concurrency=6),
+    )
+    summary = evaluate(policy, config)
     assert policy.kills >= 3
     rows = read_rows(tmp_path / "samples.jsonl")
     assert sorted(row["id"] for row in rows) == sorted(load_samples(data, benches))
@@ -232,8 +257,9 @@ def test_unreachable_toolshed_server_is_a_clear_error(data: Path, tmp_path: Path
 
 
 def test_run_json_records_the_config_and_resume_names_each_differing_field(tmp_path: Path) -> None:
-    config = EvalConfig.from_options(tmp_path / "data", out_dir=tmp_path, profile="exact", max_turns=5)
-    assert (config.rollout.max_turns, config.rollout.concurrency, config.out) == (5, 8, tmp_path)
+    config = EvalConfig(data=tmp_path / "data", out=tmp_path, tools=ToolsConfig(profile="exact"))
+    config = config.model_copy(update={"rollout": config.rollout.with_options(max_turns=5)})
+    assert (config.rollout.max_turns, config.rollout.concurrency) == (5, 8)
     assert (config.tools.profile, config.tools.toolset) == ("exact", "v1")
     (tmp_path / "run.json").write_text(json.dumps(config.run_record()))
     check_resume(tmp_path, config.model_copy(update={"limit": 3, "data": Path("/moved")}))  # may differ
@@ -245,15 +271,16 @@ def test_run_json_records_the_config_and_resume_names_each_differing_field(tmp_p
     )
     with pytest.raises(RunMismatchError, match=r"rollout\.max_turns: 5 -> 6; tools\.seed: 0 -> 4\)"):
         check_resume(tmp_path, changed)
-    # A run.json of the flat shape (profile and seed at the top) is another run's: refused, naming them.
+    # A run.json of another shape (profile and seed at the top) differs in every field it lacks.
     flat = {k: v for k, v in config.run_record().items() if k != "tools"} | {"profile": "exact", "seed": 0}
     (tmp_path / "run.json").write_text(json.dumps(flat))
-    with pytest.raises(RunMismatchError, match=r"profile: 'exact' -> None; seed: 0 -> None; tools\.profile"):
+    with pytest.raises(RunMismatchError) as mismatch:
         check_resume(tmp_path, config)
+    assert "(profile: 'exact' -> None; seed: 0 -> None; tools.profile: None -> 'exact'" in str(mismatch.value)
     with pytest.raises(ValueError, match="unknown profile"):
-        EvalConfig.from_options(tmp_path, out_dir=tmp_path, profile="perfect")
+        EvalConfig(data=tmp_path, out=tmp_path, tools={"profile": "perfect"})
     with pytest.raises(ValueError, match="unknown toolset"):
-        EvalConfig.from_options(tmp_path, out_dir=tmp_path, toolset="v9")
+        EvalConfig(data=tmp_path, out=tmp_path, tools={"toolset": "v9"})
 
 
 class SurrogatePolicy:
@@ -276,7 +303,8 @@ def test_resume_repairs_a_torn_last_line_and_any_text_survives(
     data: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     out = tmp_path / "run"
-    evaluate(SurrogatePolicy(), data, out_dir=out, benches=[ONE_BENCH], profile="exact")
+    config = EvalConfig(data=data, out=out, benches=[ONE_BENCH], tools=ToolsConfig(profile="exact"))
+    evaluate(SurrogatePolicy(), config)
     samples_file = out / "samples.jsonl"
     rows = read_rows(samples_file)
     assert len(rows) == 2 and rows[0]["trajectory"]["tool_calls"][0]["arguments"] == {"prompt": "mug \ud800"}
@@ -286,7 +314,7 @@ def test_resume_repairs_a_torn_last_line_and_any_text_survives(
 
     resumed = SurrogatePolicy()
     console = Console(record=True, width=200)
-    summary = evaluate(resumed, data, out_dir=out, benches=[ONE_BENCH], profile="exact", console=console)
+    summary = evaluate(resumed, config, console=console)
     assert resumed.episodes == 1  # the torn sample ran again, the whole one did not
     # Said once, as a warning: on stderr under the command line, and in the run's log.
     assert "dropped a torn last line (40 bytes)" in caplog.text

@@ -11,8 +11,9 @@ import pytest
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.types import Trajectory
 from spacetools.bench.dataset import load_samples
-from spacetools.bench.evaluate import evaluate, read_rows
+from spacetools.bench.evaluate import EvalConfig, evaluate, read_rows
 from spacetools.bench.spatialsim import generator
+from spacetools.toolshed import ToolsConfig
 
 FAMILIES = ["robospatial", "blinkdepth", "cvb2drelation", "cvb3ddepth", "boppose"]
 N_PER_FAMILY = 10
@@ -24,7 +25,9 @@ def exact_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], dic
     data = tmp_path_factory.mktemp("correctness_data")
     generator.export(data, n=N_PER_FAMILY, seed=5, families=FAMILIES)
     out = tmp_path_factory.mktemp("correctness_run")
-    evaluate(ScriptedPolicy(), data, out_dir=out, profile="exact", concurrency=8, report=False)
+    evaluate(
+        ScriptedPolicy(), EvalConfig(data=data, out=out, tools=ToolsConfig(profile="exact"), report=False)
+    )
     qa_types = {key: str(sample.extra_info.get("qa_type", "")) for key, sample in load_samples(data).items()}
     return read_rows(out / "samples.jsonl"), qa_types
 

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from spacetools.agent.types import EpisodeInput, Task
+from spacetools.kit import imagecodec
 from spacetools.rewards import compute_score
-from spacetools.tools import imagecodec
 
 JPEG_QUALITY = 95
 

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -37,7 +36,7 @@ from spacetools.bench.runfolder import (
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from spacetools.toolshed import ToolProvider, ToolsConfig, connect
 
 __all__ = [
@@ -100,23 +99,6 @@ class EvalConfig(BaseModel):
     max_policy_errors: Annotated[int, Field(ge=0)] = MAX_POLICY_ERRORS
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
 
-    @classmethod
-    def from_options(cls, data: str | Path, **options: Any) -> EvalConfig:
-        """The config of :func:`evaluate`'s keyword options: the fields of this config, of its ``tools``
-        (``profile``, ``seed``, …) and of its ``rollout`` (``concurrency``, ``max_turns``, …), and
-        ``out_dir`` for ``out``."""
-        tools = {k: options.pop(k) for k in list(options) if k in ToolsConfig.model_fields}
-        rollout_fields = set(RolloutConfig.model_fields) - {"system_prompt"}  # ours is the template file
-        rollout = {k: options.pop(k) for k in list(options) if k in rollout_fields}
-        if "out_dir" in options:
-            options["out"] = options.pop("out_dir")
-        return cls(
-            data=Path(data),
-            tools=ToolsConfig.model_validate(tools),
-            rollout=RolloutConfig.model_validate(rollout),
-            **options,
-        )
-
     def run_record(self) -> dict[str, Any]:
         """What ``run.json`` holds."""
         return self.model_dump(mode="json")
@@ -130,15 +112,15 @@ class PolicyErrorsError(RuntimeError):
     """Episodes in a row ended with a policy error (the model cannot be reached, or fails every turn)."""
 
 
-def _flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``tools.profile``-style keys for every setting of a run record, those that may change left out."""
+def _measured_fields(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The fields of a ``run.json`` that change what a run measures, as ``tools.profile``-style keys."""
     flat: dict[str, Any] = {}
     for key, value in record.items():
         name = f"{prefix}{key}"
         if name in RESUMABLE_FIELDS:
             continue
         if isinstance(value, dict) and name in ("tools", "rollout"):
-            flat.update(_flatten(value, f"{name}."))
+            flat.update(_measured_fields(value, f"{name}."))
         else:
             flat[name] = value
     return flat
@@ -157,7 +139,7 @@ def check_resume(out: Path, config: EvalConfig) -> None:
         raise RunMismatchError(
             f"{run_file} is unreadable ({error}); use another --out or --no-resume"
         ) from None
-    old, new = _flatten(previous), _flatten(config.run_record())
+    old, new = _measured_fields(previous), _measured_fields(config.run_record())
     changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
     if changed:
         described = "; ".join(f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in changed)
@@ -295,31 +277,16 @@ async def _run_and_summarize(
 
 async def evaluate_async(
     policy: Policy,
-    data: str | Path | None = None,
+    config: EvalConfig,
     *,
-    config: EvalConfig | None = None,
     console: Console | None = None,
-    on_start: Callable[[EvalConfig], None] | None = None,
-    **options: Any,
 ) -> Summary:
     """Evaluate ``policy`` with live tools as ``config`` says; write the run folder; return the summary
-    over every row of the run (resumed ones included).
-
-    Without ``config`` it is built by :meth:`EvalConfig.from_options` from ``data`` and the keyword
-    options evaluate has always taken (``out_dir``, ``benches``, ``profile``, ``concurrency``, ``limit``,
-    ``resume``, ``toolset``, ``seed``, ``max_turns``, ``max_tool_response_chars``, ``system_prompt``,
-    ``toolshed_url``, ``report``). A console shows a progress bar, notes and the final table.
+    over every row of the run (resumed ones included). A console shows a progress bar, notes and the
+    final table.
     """
-    if config is None:
-        if data is None:
-            raise TypeError("evaluate needs data (or a config)")
-        config = EvalConfig.from_options(data, **options)
-    elif data is not None or options:
-        raise TypeError("give either a config or data and options, not both")
     rollout = config.rollout.with_options(system_prompt=config.system_prompt)
     config = config.model_copy(update={"policy": policy.name, "rollout": rollout})
-    if on_start is not None:
-        on_start(config)
     samples = load_samples(config.data, config.benches, config.limit)
     with run_folder_lock(config.out):  # one writer per run folder, for the whole run
         repaired = _prepare_folder(config)
@@ -334,8 +301,8 @@ async def evaluate_async(
     return summary
 
 
-def evaluate(policy: Policy, data: str | Path | None = None, **options: Any) -> Summary:
-    """Evaluate ``policy``; the arguments are those of :func:`evaluate_async`.
+def evaluate(policy: Policy, config: EvalConfig, *, console: Console | None = None) -> Summary:
+    """Evaluate ``policy`` as ``config`` says (see :func:`evaluate_async`).
 
     This runs its own event loop, so before the loop ends it closes what the policy holds in it (its
     ``aclose``: HTTP connections, a batching task); the policy stays usable for a later run.
@@ -343,7 +310,7 @@ def evaluate(policy: Policy, data: str | Path | None = None, **options: Any) -> 
 
     async def run_then_close() -> Summary:
         try:
-            return await evaluate_async(policy, data, **options)
+            return await evaluate_async(policy, config, console=console)
         finally:
             close = getattr(policy, "aclose", None)
             if close is not None:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from spacetools.tools.realism import get_profile
+from spacetools.sim.realism import get_profile
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.config import load_toolset_config
 from spacetools.toolshed.protocol import ToolProvider
