@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from spacetools.sim.realism import get_profile
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.config import load_toolset_config
+from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.protocol import ToolProvider
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset, with_profile
@@ -29,7 +29,8 @@ class ToolsConfig(BaseModel):
     that does not load, a URL that is not one).
 
     ``toolset_config`` (a tool-set YAML, see :mod:`spacetools.toolshed.config`) replaces ``toolset``;
-    ``profile`` applies to the simulated tools of either; ``seed`` enters every session's random draws.
+    ``profile`` applies to the simulated tools of either (they own the profiles and check the name);
+    ``seed`` enters every session's random draws. With ``toolshed_url`` all of these are the server's.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -46,12 +47,6 @@ class ToolsConfig(BaseModel):
         get_toolset(value)  # a ValueError listing the choices
         return value
 
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, value: str) -> str:
-        get_profile(value)
-        return value
-
     @field_validator("toolshed_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -61,21 +56,23 @@ class ToolsConfig(BaseModel):
                 raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8100, got {value!r}")
         return value
 
-    @field_validator("toolset_config")
-    @classmethod
-    def _loadable(cls, value: Path | None) -> Path | None:
-        if value is not None:
-            load_toolset_config(value)  # a ToolsetConfigError naming the file and the setting
-        return value
-
     @model_validator(mode="after")
     def _server_or_local(self) -> ToolsConfig:
-        if self.toolshed_url is not None and self.toolset_config is not None:
+        if self.toolshed_url is None:
+            self.local_deployments()  # the file loads, and the simulated tools know the profile
+        elif self.toolset_config is not None:
             raise ValueError(
                 "a Toolshed server has its own tools: give the tool-set config to `spacetools serve "
                 "--toolset-config`, not with toolshed_url"
             )
         return self
+
+    def local_deployments(self) -> list[ToolDeployment]:
+        """The tools to run in this process: the tool-set file's (a `ToolsetConfigError` naming the file
+        and the setting) or the named set's, with their simulated tools at `profile`."""
+        if self.toolset_config is None:
+            return with_profile(self.toolset, self.profile)
+        return with_profile(load_toolset_config(self.toolset_config), self.profile)
 
 
 def connect(tools: ToolsConfig) -> AbstractAsyncContextManager[ToolProvider]:
@@ -83,9 +80,4 @@ def connect(tools: ToolsConfig) -> AbstractAsyncContextManager[ToolProvider]:
     started: use it as ``async with connect(tools) as provider``."""
     if tools.toolshed_url is not None:
         return RemoteToolshed(tools.toolshed_url)
-    deployments = (
-        get_toolset(tools.toolset)
-        if tools.toolset_config is None
-        else load_toolset_config(tools.toolset_config)
-    )
-    return Toolshed(with_profile(deployments, tools.profile), seed=tools.seed)
+    return Toolshed(tools.local_deployments(), seed=tools.seed)
