@@ -50,6 +50,9 @@ def test_the_irl_teacher_answers_at_most_the_limit_per_family(
         return {}
 
     monkeypatch.setattr(dirl, "collect_traces_async", collect)
-    config = DIRLConfig(irl_families=["reflocation"], irl_traces_limit=5, irl={"max_turns": 2})
+    config = DIRLConfig.model_validate(
+        {"irl_families": ["reflocation"], "irl_traces_limit": 5, "irl": {"rollout": {"max_turns": 2}}}
+    )
     asyncio.run(dirl.DIRLRun(config, tmp_path)._irl_traces(tmp_path))
-    assert seen[0].limit == 5 and seen[0].benches == ["spatialsim_reflocation"] and seen[0].max_turns == 2
+    assert seen[0].limit == 5 and seen[0].benches == ["spatialsim_reflocation"]
+    assert seen[0].rollout.max_turns == 2  # the limits the IRL teacher trained with
