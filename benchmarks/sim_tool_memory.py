@@ -31,8 +31,8 @@ import numpy as np
 import psutil
 
 from served import server_in_subprocess
+from spacetools.kit import imagecodec
 from spacetools.sim.layout import build_scene
-from spacetools.tools import imagecodec
 
 SIDE = 4096
 RSS_SLACK = 768 * 2**20

@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 
 from served import server_in_subprocess
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 
 TIMEOUT_S = 0.5  # the FaultTool's per-call timeout
 QUEUE_WAIT_S = 1.0  # the server's max_queue_wait_s

@@ -19,8 +19,8 @@ from chat_server import RespondingChatServer
 from spacetools.agent.policies.openai import OpenAIPolicy
 from spacetools.bench.dataset import read_samples
 from spacetools.bench.evaluate import SAMPLES_FILE, EvalConfig, evaluate, read_rows
+from spacetools.kit.imagecodec import decode as data_url_to_image
 from spacetools.rewards import compute_score
-from spacetools.tools.imagecodec import decode as data_url_to_image
 
 from .eval_run import read_run, run_eval
 

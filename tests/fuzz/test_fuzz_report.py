@@ -10,9 +10,9 @@ from spacetools.agent.types import ToolCallRecord, Trajectory
 from spacetools.bench.dataset import Sample
 from spacetools.bench.report import render_report
 from spacetools.bench.summary import summarize
+from spacetools.kit.definition import GEOMETRY_KINDS
 from spacetools.rewards import compute_score
 from spacetools.rewards.formats import format_corners
-from spacetools.tools.definition import GEOMETRY_KINDS
 
 from .corpus import TRIED
 from .strategies import ANY_CHARACTER, ANY_FLOAT, JSON_VALUES, MODEL_TEXT

@@ -25,8 +25,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from spacetools.cli.main import app
+from spacetools.kit import imagecodec
 from spacetools.sim.layout import build_scene
-from spacetools.tools import imagecodec
 from spacetools.toolshed.limits import TOKEN_ENV
 
 SERVE = [

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.transform import Rotation
 
+from spacetools.kit.definition import ToolContext, ToolError, invoke_tool_method
 from spacetools.sim.gripper import GRIPPER_MAX_WIDTH
 from spacetools.tools.bbox import fit_circle, fit_oriented_box, min_area_rectangle
-from spacetools.tools.definition import ToolContext, ToolError, invoke_tool_method
 from spacetools.tools.grasp import Grasp, gripper_collides, search_grasps, within_reach
 from spacetools.tools.pointcloud import fit_plane_ransac, main_cluster
 from spacetools.tools.projection import (

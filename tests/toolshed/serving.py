@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from spacetools.tools.definition import Tool, ToolError, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolError, ToolResult, tool_method
 from spacetools.toolshed import Toolshed
 from spacetools.toolshed.admission import server_options
 from spacetools.toolshed.http import create_app

@@ -24,8 +24,8 @@ from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.rollout import run_episode
 from spacetools.agent.types import EpisodeState, Task
 from spacetools.cli.serve import serve
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, hermes_tools_block, tool_method
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import Tool, ToolContext, ToolResult, hermes_tools_block, tool_method
 from spacetools.tools.diagnostics import EchoTool, FaultTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteSession, RemoteToolshed

@@ -33,9 +33,9 @@ from verl.trainer.ppo.reward import get_custom_reward_fn
 
 from spacetools.integrations.verl.export import export_verl
 from spacetools.integrations.verl.tool import ToolshedTool
+from spacetools.kit import imagecodec
 from spacetools.sim.camera import Camera
 from spacetools.sim.layout import build_scene
-from spacetools.tools import imagecodec
 from spacetools.toolshed import Toolshed
 
 SCENE_SEED = 5

@@ -49,7 +49,7 @@ from spacetools.agent.types import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from spacetools.tools.definition import ToolResult
+    from spacetools.kit.definition import ToolResult
     from spacetools.toolshed import ToolProvider, ToolSession
 
 DEFAULT_MAX_TURNS = 8

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 
 if TYPE_CHECKING:
-    from spacetools.tools.definition import ToolSpec
+    from spacetools.kit.definition import ToolSpec
 
 #: The keys of a sample's ``extra_info`` a policy may read: what a model is shown with the question.
 #: Everything else (the answer, the scene specification, the generator's bookkeeping) stays out of the

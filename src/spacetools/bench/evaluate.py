@@ -38,9 +38,9 @@ from spacetools.bench.runfolder import (
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
+from spacetools.kit import imagecodec
 from spacetools.rewards import compute_score
-from spacetools.tools import imagecodec
-from spacetools.tools.realism import get_profile
+from spacetools.sim.realism import get_profile
 from spacetools.toolshed import ToolDeployment, ToolProvider, Toolshed
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.toolsets import get_toolset, with_profile

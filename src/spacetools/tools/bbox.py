@@ -16,7 +16,7 @@ import numpy as np
 import shapely
 from scipy.spatial import ConvexHull, QhullError
 
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
 from spacetools.tools.pointcloud import (
     SupportPlane,
     camera_up_fallback,

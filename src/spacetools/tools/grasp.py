@@ -14,8 +14,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
 from spacetools.sim.gripper import FINGER_LENGTH, GRIPPER_MAX_WIDTH, gripper_points
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
 from spacetools.tools.overlays import draw_gripper
 from spacetools.tools.pointcloud import (
     SupportPlane,

@@ -19,17 +19,17 @@ from typing import ClassVar
 
 import numpy as np
 
+from spacetools.kit.definition import ToolContext, ToolResult, tool_method
 from spacetools.sim.observation import Observation
-from spacetools.tools.definition import ToolContext, ToolResult, tool_method
-from spacetools.tools.overlays import draw_points
-from spacetools.tools.realism import Profile, maybe_fail, perturb_point
-from spacetools.tools.referring import (
+from spacetools.sim.realism import Profile, maybe_fail, perturb_point
+from spacetools.sim.referring import (
     best_partial_match,
     interior_point,
     parse_expression,
     resolve,
     spread_points,
 )
+from spacetools.tools.overlays import draw_points
 from spacetools.tools.simworld import SimulatedTool
 
 MAX_FREE_SPACE_POINTS = 5

@@ -28,13 +28,13 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spacetools.kit.definition import Tool, ToolContext, ToolError
 from spacetools.sim.camera import Camera
 from spacetools.sim.groundtruth import compute_ground_truth
 from spacetools.sim.observation import Observation
+from spacetools.sim.realism import Profile, get_profile
 from spacetools.sim.scene import SceneSpec
 from spacetools.sim.world import Scene, View
-from spacetools.tools.definition import Tool, ToolContext, ToolError
-from spacetools.tools.realism import Profile, get_profile
 from spacetools.tools.renderstore import RenderStore
 
 DEFAULT_MAX_RENDER_PIXELS = 1024 * 1024

@@ -31,8 +31,8 @@ import httpx
 import numpy as np
 from pydantic import TypeAdapter
 
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import ToolResult, ToolSpec
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import ToolResult, ToolSpec
 from spacetools.toolshed.limits import TOKEN_ENV
 from spacetools.toolshed.session import check_attachment, check_image, check_session_inputs
 from spacetools.toolshed.wire import (

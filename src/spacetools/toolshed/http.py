@@ -29,8 +29,8 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import ToolResult, hermes_tools_block
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import ToolResult, hermes_tools_block
 from spacetools.toolshed.admission import RETRY_AFTER_S, CallAdmission, CallAdmissionMiddleware
 from spacetools.toolshed.limits import ServerLimits
 from spacetools.toolshed.metrics import CONTENT_TYPE, render_metrics

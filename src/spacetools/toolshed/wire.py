@@ -3,7 +3,7 @@
 Pydantic only (the client must not need FastAPI). Conventions:
 
 - Images travel as base64 data URLs (`data:image/png;base64,…`; JPEG is accepted on upload), encoded
-  and decoded by `spacetools.tools.imagecodec`.
+  and decoded by `spacetools.kit.imagecodec`.
 - Variables never leave the server: a call result lists the names it stored, the model refers to them
   as `"$name"` in later calls of the same session, and the server resolves them. Nor do the
   attachments of the pictures tools make (`ToolResult.attachments`, e.g. the scene a simulated

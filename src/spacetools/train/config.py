@@ -33,7 +33,7 @@ REPORT_TO_HELP = "tensorboard (event files in the run folder) and/or wandb (offl
 # Settings that change where figures are shown, not what is trained: a resumed run may change them.
 _NOT_COMPARED = frozenset({"report_to"})
 Trainable = Annotated[str, StringConstraints(pattern=r"^(full|lora|last_layers:[1-9][0-9]*)$")]
-"""Which weights a stage trains: `full`, `lora`, or `last_layers:N` (see `spacetools.train.trainable`)."""
+"""Which weights a stage trains: `full`, `lora`, or `last_layers:N` (see `spacetools.kit.trainable`)."""
 
 
 class LoraSettings(BaseModel):

@@ -38,7 +38,7 @@ from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
-from spacetools.tools.models.language import load_chat_processor
+from spacetools.kit.loading import load_processor
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.train.base_models import BASE_MODELS, get_base_model
@@ -148,7 +148,7 @@ class DIRLRun:
         check_token_limits(
             config,
             self.stage_dir("traces_universal") / "traces.jsonl",
-            load_chat_processor(self.base_model).tokenizer,
+            load_processor(self.base_model).tokenizer,
         )
         await self.stage("irl_teacher", self._irl_teacher)
         await self.stage("traces_irl", self._irl_traces)

@@ -9,7 +9,7 @@ and closes it. Three tools manage sessions, and every Toolshed tool method is on
 - ``add_image(session_id, image, attachment=None)``: one more image, answering its ``image_index``;
 - ``close_session(session_id)``;
 - each tool method, named as function-calling APIs accept (``sam2.segment_from_point`` becomes
-  ``sam2-segment_from_point``, see :class:`~spacetools.tools.function_names.FunctionNames`), takes the
+  ``sam2-segment_from_point``, see :class:`~spacetools.kit.function_names.FunctionNames`), takes the
   tool's own arguments plus ``session_id``. Its result is the tool's text, then the images it made as
   image content; those images join the session under the indices the text names. Tool failures are
   results with ``isError`` set, as the model would read them in the rollout.
@@ -39,9 +39,9 @@ from pydantic import ConfigDict
 from starlette.applications import Starlette
 
 from spacetools.agent.protocol import image_note
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import ToolResult, ToolSpec
-from spacetools.tools.function_names import FunctionNames
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import ToolResult, ToolSpec
+from spacetools.kit.function_names import FunctionNames
 from spacetools.toolshed.http import BearerTokenMiddleware
 from spacetools.toolshed.limits import ServerLimits
 from spacetools.toolshed.session import TooManySessionsError

@@ -22,8 +22,8 @@ import yaml
 
 from spacetools.agent.protocol import DEFAULT_MAX_TOOL_RESPONSE_CHARS
 from spacetools.bench.dataset import parquet_files
+from spacetools.kit.definition import ToolSpec
 from spacetools.rewards import dispatch
-from spacetools.tools.definition import ToolSpec
 from spacetools.toolshed import Toolshed
 
 TOOL_CLASS = "spacetools.integrations.verl.tool.ToolshedTool"

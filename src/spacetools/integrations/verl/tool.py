@@ -28,7 +28,7 @@ from uuid import uuid4
 
 import numpy as np
 
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from spacetools.toolshed.client import RemoteSession, RemoteToolshed
 
 try:

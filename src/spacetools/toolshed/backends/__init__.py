@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from spacetools.tools.definition import Tool
+from spacetools.kit.definition import Tool
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed
 from spacetools.toolshed.backends.inprocess import InProcessInstance
 from spacetools.toolshed.backends.process import ProcessInstance

@@ -31,16 +31,18 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,
     error_result,
     invoke_tool_method,
     release_tool_session,
+    releases_sessions,
     sanitize_error_text,
 )
 from spacetools.toolshed.backends.base import InstanceCrashed, SetupFailed
+from spacetools.toolshed.backends.context import ContextReceiver, ContextSender
 from spacetools.toolshed.deployment import resolve_tool_class
 
 __all__ = ["ProcessInstance", "worker_context"]
@@ -128,6 +130,8 @@ class ProcessInstance:
         self._config = dict(config)
         self._name = name
         self._start_timeout_s = start_timeout_s
+        self._releases = releases_sessions(resolve_tool_class(tool))
+        self._contexts = ContextSender()
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: multiprocessing.connection.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -186,7 +190,13 @@ class ProcessInstance:
         """Send one call to the worker and wait for its result."""
         if not self.alive or self._conn is None or self._loop is None:
             raise InstanceCrashed(await self._exit_code())
-        payload = pickle.dumps((method, kwargs, ctx), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            payload = pickle.dumps(
+                (method, kwargs, self._contexts.pack(ctx)), protocol=pickle.HIGHEST_PROTOCOL
+            )
+        except Exception:
+            self._contexts.forget(ctx.session_id)  # the worker did not get it: send it again next time
+            raise
         self._pending = self._loop.create_future()
         try:
             self._conn.send_bytes(payload)
@@ -197,9 +207,11 @@ class ProcessInstance:
             raise InstanceCrashed(await self._exit_code()) from None
 
     def release_session(self, session_id: str) -> None:
-        """Send the session's release down the pipe; the worker runs it after the call before it and
-        answers nothing (so the pending call's answer stays the next message)."""
-        if not self.alive or self._conn is None:
+        """Send the session's release down the pipe, when the worker holds its context or the tool
+        frees sessions; the worker runs it after the call before it and answers nothing (so the pending
+        call's answer stays the next message)."""
+        held = self._contexts.forget(session_id)
+        if not (held or self._releases) or not self.alive or self._conn is None:
             return
         with contextlib.suppress(OSError):  # a worker that died meanwhile is the router's to replace
             self._conn.send_bytes(pickle.dumps((_RELEASE_SESSION, session_id, None)))
@@ -293,15 +305,17 @@ def _worker_main(
         conn.send(("failed", sanitize_error_text(f"{type(exc).__name__}: {exc}")))
         return
     conn.send(("ready", os.getpid()))
+    contexts = ContextReceiver()
     while True:
         try:
-            method, kwargs, ctx = conn.recv()
+            method, kwargs, wire = conn.recv()
         except EOFError:
             return
         if method == _RELEASE_SESSION:
+            contexts.forget(kwargs)
             release_tool_session(tool, kwargs)
             continue
-        result = invoke_tool_method(tool, method, kwargs, ctx)
+        result = invoke_tool_method(tool, method, kwargs, contexts.unpack(wire))
         try:
             payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:

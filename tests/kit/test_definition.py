@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pydantic import Field
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolError,
