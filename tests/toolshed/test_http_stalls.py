@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from serving import GateTool, serving, serving_with_server, wait_for_stats, wait_until
 
+from spacetools.kit import imagecodec
 from spacetools.tools.diagnostics import EchoTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.arguments import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ELEMENTS
@@ -155,8 +156,11 @@ def test_call_bodies_have_their_own_smaller_limit(http: httpx.Client) -> None:
     headers = {"content-type": "application/json"}
     refused = http.post(f"/sessions/{session_id}/calls", content=body, headers=headers)
     assert refused.status_code == 413
-    # 20 KB is under the general limit: a session body of that size is read (its extra field ignored).
-    assert http.post("/sessions", json={"images": [], "padding": "x" * 20_000}).status_code == 201
+    # A session body of that size (an image of noise, about 26 KB) is under the general limit: it is read.
+    noise = np.random.default_rng(0).integers(0, 256, size=(80, 80, 3), dtype=np.uint8)
+    session = {"images": [imagecodec.to_data_url(noise)]}
+    assert 16_000 < len(json.dumps(session)) < 64_000
+    assert http.post("/sessions", json=session).status_code == 201
 
 
 def test_a_call_over_the_in_flight_limit_is_refused_before_its_body_is_read(http: httpx.Client) -> None:

@@ -44,7 +44,14 @@ class RenderStore:
 
     def __init__(self, max_bytes: int, folder: Path | None = None) -> None:
         self.max_bytes = max_bytes
-        self.folder = folder or default_folder()
+        self._folder = folder
+
+    @property
+    def folder(self) -> Path:
+        """Where the renders are (the default is made on first use, in the process that uses it)."""
+        if self._folder is None:
+            self._folder = default_folder()
+        return self._folder
 
     def _render_path(self, key: str) -> Path:
         return self.folder / f"{key}{RENDER_SUFFIX}"
