@@ -31,7 +31,9 @@ ReportTo = Literal["tensorboard", "wandb"]
 """Where a training stage's figures go besides `metrics.jsonl` (W&B runs offline without an API key)."""
 REPORT_TO_HELP = "tensorboard (event files in the run folder) and/or wandb (offline without WANDB_API_KEY)"
 # Settings that change where figures are shown, not what is trained: a resumed run may change them.
-_NOT_COMPARED = frozenset({"report_to"})
+# Settings a resumed run may change: they change neither what is sampled nor what is learnt (a row
+# samples the same tokens whichever episodes share its generate call).
+_NOT_COMPARED = frozenset({"report_to", "generation_batch_size"})
 Trainable = Annotated[str, StringConstraints(pattern=r"^(full|lora|last_layers:[1-9][0-9]*)$")]
 """Which weights a stage trains: `full`, `lora`, or `last_layers:N` (see `spacetools.train.trainable`)."""
 
@@ -174,6 +176,9 @@ class GRPOConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)
     max_new_tokens: PositiveInt = 512
+    generation_batch_size: PositiveInt = Field(
+        16, description="episodes sampled together in one generate call (bounds the memory of generation)"
+    )
     max_turns: PositiveInt = 8
     max_tool_response_chars: PositiveInt = 2048
     system_prompt: str | None = Field(None, description="a prompt template text ({tools} marks the tools)")

@@ -212,10 +212,10 @@ class DIRLRun:
         build_tiny_vlm(folder, texts, **tiny.model_dump(), seed=self.config.seed)
 
     async def _evaluate(self, model: Path, folder: Path) -> None:
-        from spacetools.agent.policies.hf import HFPolicy
+        from spacetools.agent.policies.hf import load_hf_policy
 
-        policy = HFPolicy(
-            model_path=str(model),
+        policy = load_hf_policy(
+            str(model),
             device=self.config.device,
             max_new_tokens=self.config.eval_max_new_tokens,
         )
