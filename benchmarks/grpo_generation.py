@@ -31,7 +31,7 @@ from spacetools.agent.policies.hf import HFPolicy  # noqa: E402
 from spacetools.agent.rollout import RolloutConfig, run_episodes  # noqa: E402
 from spacetools.bench.evaluate import episode_input, load_samples  # noqa: E402
 from spacetools.bench.spatialsim.generator import generate_group, write_families  # noqa: E402
-from spacetools.tools.models.language import load_chat_processor, load_language_model  # noqa: E402
+from spacetools.kit.loading import load_processor, load_vlm  # noqa: E402
 from spacetools.toolshed.shed import Toolshed  # noqa: E402
 from spacetools.toolshed.toolsets import with_profile  # noqa: E402
 from spacetools.train.base_models import get_base_model  # noqa: E402
@@ -43,7 +43,9 @@ PROMPT = (
 )
 
 
-async def group(policy: HFPolicy, tools: Toolshed, inputs: list[Any], config: RolloutConfig) -> dict[str, Any]:
+async def group(
+    policy: HFPolicy, tools: Toolshed, inputs: list[Any], config: RolloutConfig
+) -> dict[str, Any]:
     policy.forget()
     policy.reset_stats()
     started = time.perf_counter()
@@ -62,17 +64,26 @@ async def group(policy: HFPolicy, tools: Toolshed, inputs: list[Any], config: Ro
 
 async def main(group_size: int, repeats: int, max_new_tokens: int) -> dict[str, Any]:
     folder = get_base_model("smollm2-135m")
-    processor = load_chat_processor(folder)
-    model = load_language_model(folder, dtype=torch.float32).eval()
+    processor = load_processor(folder)
+    model = load_vlm(folder, dtype="float32")
     with tempfile.TemporaryDirectory() as data:
         write_families(Path(data), {"reflocation": generate_group(0, "reflocation", 0, 1)})
         (task_id, sample), *_ = load_samples(Path(data)).items()
     inputs = [episode_input(sample, f"{task_id}#{k}") for k in range(group_size)]
-    config = RolloutConfig(max_turns=3, system_prompt=PROMPT, concurrency=group_size, feedback_on_no_answer=True)
+    config = RolloutConfig(
+        max_turns=3, system_prompt=PROMPT, concurrency=group_size, feedback_on_no_answer=True
+    )
     policies = {
-        "serial": HFPolicy(model, processor, temperature=1.0, max_new_tokens=max_new_tokens, batch_size=1, record=True),
+        "serial": HFPolicy(
+            model, processor, temperature=1.0, max_new_tokens=max_new_tokens, batch_size=1, record=True
+        ),
         "batched": HFPolicy(
-            model, processor, temperature=1.0, max_new_tokens=max_new_tokens, batch_size=group_size, record=True
+            model,
+            processor,
+            temperature=1.0,
+            max_new_tokens=max_new_tokens,
+            batch_size=group_size,
+            record=True,
         ),
     }
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in policies}
@@ -82,7 +93,9 @@ async def main(group_size: int, repeats: int, max_new_tokens: int) -> dict[str, 
         for _ in range(repeats):
             for name, policy in policies.items():
                 runs[name].append(await group(policy, tools, inputs, config))
-    serial, batched = (statistics.median(run["wall_s"] for run in runs[name]) for name in ("serial", "batched"))
+    serial, batched = (
+        statistics.median(run["wall_s"] for run in runs[name]) for name in ("serial", "batched")
+    )
     return {
         "group_size": group_size,
         "max_new_tokens": max_new_tokens,

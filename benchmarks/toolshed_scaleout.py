@@ -1,25 +1,33 @@
-"""Toolshed scale-out: backend overhead, the paper's pool scenario, dynamic batching and autoscaling.
+"""Toolshed scale-out: per-call overhead against bare anchors, the paper's pool scenario, batching, autoscaling.
 
 Run: `RAY_AUTH_MODE=disabled python benchmarks/toolshed_scaleout.py --json` (one JSON object on stdout).
-(a) overhead per call of a no-op tool: in-process, worker process, Ray backend and a bare Ray actor call;
+(a) overhead per call of a no-op tool, one caller, in rounds that alternate so that every figure sees
+    the same load: the Toolshed in-process, in a worker process and on Ray against a bare Ray actor
+    call, and the Toolshed's HTTP endpoint against a bare FastAPI echo endpoint (both servers on
+    127.0.0.1 in processes of their own, as `spacetools serve` runs); medians over the rounds;
 (b) the paper's scenario: 8 concurrent calls to a 1 s pointing tool on 1 instance against 3 instances,
     on each backend (the paper: 8.5 s on one HTTP instance, 2.7 s on three);
 (c) throughput of a tiny transformers model tool under 16 callers, batches of 8 against unbatched;
 (d) autoscaling: a load step from 1 to 32 callers on a 100 ms tool; time until the pool has grown,
-    and latency before, just after and once grown.
+    and latency before, just after and once grown; on Ray also with a warm standby actor.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import json
 import os
 import statistics
 import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from typing import Any
 
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
+from served import server_in_subprocess
+from spacetools.kit.definition import Tool, ToolContext, ToolResult, tool_method
 from spacetools.tools.diagnostics import SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.backends.ray import connect
@@ -32,29 +40,96 @@ def _deployment(backend: str, **fields: Any) -> ToolDeployment:
     return ToolDeployment(backend=backend, **fields, **(RAY_SHARE if backend == "ray" else {}))
 
 
-async def _noop_us(backend: str, repeats: int) -> float:
-    async with Toolshed([_deployment(backend, tool=SleepTool)]) as shed:
-        session = shed.open_session([])
-        for _ in range(50):  # warm-up
-            await session.call("sleep.noop")
-        started = time.perf_counter()
-        for _ in range(repeats):
-            await session.call("sleep.noop")
-        return (time.perf_counter() - started) / repeats * 1e6
+#: A bare FastAPI app with one JSON echo endpoint: the floor of any HTTP tool server.
+BARE_FASTAPI = """
+import sys, uvicorn
+from typing import Any
+from fastapi import Body, FastAPI
+
+app = FastAPI()
+
+@app.get("/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+@app.post("/echo")
+async def echo(body: Any = Body()) -> Any:
+    return body
+
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+#: The Toolshed's app serving the no-op tool in process, as `spacetools serve` builds it.
+TOOLSHED_HTTP = """
+import sys, uvicorn
+from spacetools.tools.diagnostics import SleepTool
+from spacetools.toolshed import ToolDeployment
+from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
+from spacetools.toolshed.limits import ServerLimits
+
+return_freed_memory()
+limits = ServerLimits()
+app = create_app(toolshed_for([ToolDeployment(tool=SleepTool, backend="inprocess")], limits), limits)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+NOOP_BODY = [{"name": "sleep.noop", "arguments": {}}]
 
 
-async def _bare_ray_actor_us(repeats: int) -> float:
+async def _per_call_us(call: Callable[[], Awaitable[Any]], calls: int) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        await call()
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
+    """Median µs per no-op call of each path; the paths take turns within every round."""
+    import httpx
     import ray
 
-    actor = ray.remote(SleepTool).options(**RAY_SHARE).remote()
-    for _ in range(50):
-        await actor.noop.remote()
-    started = time.perf_counter()
-    for _ in range(repeats):
-        await actor.noop.remote()
-    elapsed = time.perf_counter() - started
-    ray.kill(actor)
-    return elapsed / repeats * 1e6
+    sheds = [Toolshed([_deployment(backend, tool=SleepTool)]) for backend in BACKENDS]
+    with contextlib.ExitStack() as servers:
+        bare_url, _ = servers.enter_context(server_in_subprocess(BARE_FASTAPI))
+        shed_url, _ = servers.enter_context(server_in_subprocess(TOOLSHED_HTTP))
+        for shed in sheds:
+            await shed.start()
+        # A subclass: ray.remote rewrites the methods of the class it is given, in place.
+        actor = ray.remote(type("BareSleepTool", (SleepTool,), {})).options(**RAY_SHARE).remote()
+        async with httpx.AsyncClient() as client:
+            response = await client.post(f"{shed_url}/sessions", json={"images": []})
+            calls_url = f"{shed_url}/sessions/{response.json()['id']}/calls"
+
+            async def http_call(url: str) -> None:
+                response = await client.post(url, json=NOOP_BODY)
+                response.raise_for_status()
+
+            paths: dict[str, Callable[[], Awaitable[Any]]] = {
+                backend: functools.partial(shed.open_session([]).call, "sleep.noop")
+                for backend, shed in zip(BACKENDS, sheds, strict=True)
+            }
+            paths["bare_ray_actor"] = lambda: actor.noop.remote()
+            paths["toolshed_http"] = functools.partial(http_call, calls_url)
+            paths["bare_fastapi"] = functools.partial(http_call, f"{bare_url}/echo")
+            samples: dict[str, list[float]] = {name: [] for name in paths}
+            for path in paths.values():  # warm-up
+                await _per_call_us(path, 50)
+            for _ in range(rounds):
+                for name, path in paths.items():
+                    samples[name].append(await _per_call_us(path, calls))
+        ray.kill(actor)
+        for shed in sheds:
+            await shed.close()
+    us = {name: round(statistics.median(values), 1) for name, values in samples.items()}
+    return {
+        "rounds": rounds,
+        "calls_per_round": calls,
+        "per_call_us": us,
+        "ray_over_bare_actor": round(us["ray"] / us["bare_ray_actor"], 3),
+        "ray_over_bare_actor_per_round": [
+            round(ray / bare, 3) for ray, bare in zip(samples["ray"], samples["bare_ray_actor"], strict=True)
+        ],
+        "http_added_over_bare_fastapi_us": round(us["toolshed_http"] - us["bare_fastapi"], 1),
+        "http_over_bare_fastapi": round(us["toolshed_http"] / us["bare_fastapi"], 3),
+    }
 
 
 async def _paper_scenario(backend: str, instances: int) -> float:
@@ -165,10 +240,17 @@ async def _batching(calls_per_caller: int, rounds: int) -> dict[str, Any]:
     }
 
 
-async def _autoscale_step(backend: str, maximum: int, before_s: float, after_s: float) -> dict[str, Any]:
+async def _autoscale_step(
+    backend: str, maximum: int, standby: int, before_s: float, after_s: float
+) -> dict[str, Any]:
     latency = 0.1
     deployment = _deployment(
-        backend, tool=SleepTool, instances=1, max_instances=maximum, target_queue_wait_ms=100
+        backend,
+        tool=SleepTool,
+        instances=1,
+        max_instances=maximum,
+        target_queue_wait_ms=100,
+        standby_instances=standby,
     )
     async with Toolshed([deployment]) as shed:
         samples: list[tuple[float, float]] = []  # (finished at, latency)
@@ -182,6 +264,10 @@ async def _autoscale_step(backend: str, maximum: int, before_s: float, after_s: 
                 assert not result.is_error, result.text
                 samples.append((time.perf_counter(), time.perf_counter() - started))
 
+        ready_by = time.perf_counter() + 120
+        while len(shed.router("sleep").standby) < standby:  # the step starts once the standby is up
+            assert time.perf_counter() < ready_by, "the standby instance did not start"
+            await asyncio.sleep(0.05)
         begin = time.perf_counter()
         step_at = begin + before_s
         end = step_at + after_s
@@ -212,6 +298,7 @@ async def _autoscale_step(backend: str, maximum: int, before_s: float, after_s: 
     return {
         "tool_latency_ms": latency * 1000,
         "max_instances": maximum,
+        "standby_instances": standby,
         "first_instance_added_after_s": round(first_added_at - step_at, 2) if first_added_at else None,
         "grown_after_s": round(grown_at - step_at, 2) if grown_at is not None else None,
         "p50_before_ms": p50_ms(begin, step_at),
@@ -222,9 +309,8 @@ async def _autoscale_step(backend: str, maximum: int, before_s: float, after_s: 
 
 
 async def main(quick: bool) -> dict[str, Any]:
-    repeats = 100 if quick else 500
-    overhead = {backend: round(await _noop_us(backend, repeats), 1) for backend in BACKENDS}
-    overhead["bare_ray_actor"] = round(await _bare_ray_actor_us(repeats), 1)
+    load = round(os.getloadavg()[0], 2)
+    overhead = await _overhead(rounds=3 if quick else 9, calls=50 if quick else 200)
     paper = {
         backend: {"1_instance_s": await _paper_scenario(backend, 1), "3_instances_s": None}
         for backend in BACKENDS
@@ -233,14 +319,19 @@ async def main(quick: bool) -> dict[str, Any]:
         paper[backend]["3_instances_s"] = await _paper_scenario(backend, 3)
     calls = 4 if quick else 16
     return {
-        "load_1min": round(os.getloadavg()[0], 2),
-        "overhead_us": overhead,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "load_1min": load,
+        "overhead": overhead,
         "paper_8_calls_1s_tool": paper,
         "batching": await _batching(calls, rounds=1 if quick else 3),
         "autoscale": {
             # Ray starts at most as many worker processes at once as the node has CPUs: a longer window.
-            backend: await _autoscale_step(backend, maximum, before_s=2.0, after_s=after_s)
-            for backend, maximum, after_s in (("process", 16, 6.0), ("ray", 4, 20.0))
+            name: await _autoscale_step(backend, maximum, standby, before_s=2.0, after_s=after_s)
+            for name, backend, maximum, standby, after_s in (
+                ("process", "process", 16, 0, 6.0),
+                ("ray", "ray", 4, 0, 20.0),
+                ("ray_standby", "ray", 4, 1, 20.0),
+            )
         },
     }
 

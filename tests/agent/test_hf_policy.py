@@ -143,7 +143,7 @@ def test_bad_image_index_fails_that_act_only_and_policy_survives_aclose(policy: 
     assert isinstance(asyncio.run(run()), str)
 
 
-def test_convert_messages_groups_tool_results_as_user_turn_and_orders_images() -> None:
+def test_chat_format_groups_tool_results_as_user_turn_and_orders_images() -> None:
     images = [image(0, 8), image(1, 8), image(2, 8)]
     messages = [
         {"role": "user", "content": [{"type": "image", "index": 2}, {"type": "text", "text": "Q"}]},
@@ -201,7 +201,7 @@ def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path:
     from spacetools.agent.rollout import RolloutConfig, run_episodes
     from spacetools.bench.evaluate import episode_input, load_samples
     from spacetools.bench.spatialsim.generator import generate_group, write_families
-    from spacetools.tools.models.language import TEXT_ONLY_NOTE
+    from spacetools.kit.textonly import TEXT_ONLY_NOTE
     from spacetools.toolshed.shed import Toolshed
     from spacetools.toolshed.toolsets import with_profile
 

@@ -219,6 +219,26 @@ def test_variables_stay_on_the_server_side_and_respect_the_session_limit(
     session.close()
 
 
+def test_every_call_sees_its_own_session_as_it_grows(loop: asyncio.AbstractEventLoop, shed: Toolshed) -> None:
+    """A session's image sizes and attachments go to an instance once, and again when they change."""
+    image = np.zeros((4, 6, 3), np.uint8)
+    first = shed.open_session([image], [{"scene": "a"}])
+    second = shed.open_session([image, image], [None, {"note": "b"}])
+
+    def contexts() -> list[str]:
+        calls = [("fault.context", None)] * 4  # over both fault instances
+        texts = [r.text for r in _run(loop, first.call_many(calls))]
+        return texts + [r.text for r in _run(loop, second.call_many(calls))]
+
+    assert contexts() == ["4x6 ['scene']"] * 4 + ["4x6 []; 4x6 ['note']"] * 4
+    first.add_image(np.zeros((2, 3, 3), np.uint8), {"scene": "c"})
+    assert contexts() == ["4x6 ['scene']; 2x3 ['scene']"] * 4 + ["4x6 []; 4x6 ['note']"] * 4
+    first.close()
+    second.close()
+    third = shed.open_session([])
+    assert _run(loop, third.call("fault.context")).text == "no images"
+
+
 def test_concurrent_calls_are_batched_with_errors_kept_per_call(
     loop: asyncio.AbstractEventLoop, shed: Toolshed
 ) -> None:
@@ -268,6 +288,38 @@ def test_the_pool_grows_under_load_and_shrinks_when_idle(
     assert "calls queued" in events[0]["reason"]
     assert stats["instances"] == 1 and [e["to"] for e in events[-2:]] == [2, 1]
     assert all("idle for 0.3 s" in e["reason"] for e in events[-2:])
+
+
+def test_a_standby_instance_joins_the_pool_at_once_and_another_takes_its_place(
+    loop: asyncio.AbstractEventLoop, backend: str
+) -> None:
+    share = RAY_SHARE if backend == "ray" else {}
+    deployment = ToolDeployment(
+        tool=SleepTool, backend=backend, instances=1, max_instances=2, standby_instances=1, **share
+    )
+
+    async def standby_ready(router: Any) -> Any:
+        deadline = time.monotonic() + 60
+        while not router.standby:
+            assert time.monotonic() < deadline, "no standby instance started"
+            await asyncio.sleep(0.02)
+        return router.standby[0]
+
+    async def scenario() -> None:
+        async with Toolshed([deployment]) as toolshed:
+            router = toolshed.router("sleep")
+            spare = await standby_ready(router)
+            assert spare.alive and spare not in router.instances
+            assert await router.grow(1) == (1, None)
+            assert router.instances[-1] is spare  # it joined as it was: no new start was waited for
+            assert await standby_ready(router) is not spare  # a new one started in its place
+            session = toolshed.open_session([])
+            results = await session.call_many([("sleep.sleep", {"seconds": 0.0})] * 2)
+            assert [r.text for r in results] == ["slept 0 s"] * 2
+            stats = toolshed.stats()["tools"]["sleep"]
+            assert stats["instances"] == 2 and stats["standby"] == 1
+
+    _run(loop, scenario())
 
 
 def test_setup_failure_is_reported_at_start(loop: asyncio.AbstractEventLoop, backend: str) -> None:

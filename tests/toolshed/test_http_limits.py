@@ -21,7 +21,7 @@ from serving import GateTool, serving, wait_for_stats
 from typer.testing import CliRunner
 
 from spacetools.cli.serve import serve
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from spacetools.tools.diagnostics import EchoTool, SleepTool
 from spacetools.toolshed import ToolDeployment
 from spacetools.toolshed.client import RemoteToolshed

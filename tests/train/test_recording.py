@@ -20,7 +20,7 @@ from tiny_qwen import build_tiny_qwen25_vl
 torch = pytest.importorskip("torch")
 
 from spacetools.agent.policies.hf import HFPolicy  # noqa: E402
-from spacetools.tools.models.runtime import load_processor  # noqa: E402
+from spacetools.kit.loading import load_processor  # noqa: E402
 from spacetools.train.episodes import Example, forward_logprobs, recorded_example  # noqa: E402
 
 

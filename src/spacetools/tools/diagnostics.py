@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
 
 __all__ = ["EchoTool", "FaultTool", "SleepTool"]
 
@@ -134,6 +134,17 @@ class FaultTool(EchoTool):
             message: The exception message.
         """
         raise RuntimeError(message)
+
+    @tool_method
+    def context(self, *, ctx: ToolContext) -> ToolResult:
+        """Report what the call's context holds: each image's size and its attachment's keys."""
+        return ToolResult(
+            text="; ".join(
+                f"{height}x{width} {sorted(ctx.attachment(index))}"
+                for index, (height, width) in enumerate(ctx.image_sizes)
+            )
+            or "no images"
+        )
 
     @tool_method
     def make_array(self, n: int) -> ToolResult:

@@ -4,20 +4,19 @@ The arguments are read (JSON text or an object), checked for shape (nesting and 
 at the first container past `MAX_ARGUMENT_DEPTH` and past `MAX_ARGUMENT_ELEMENTS` values), their
 `"$name"` references resolved against values the caller looked up, validated against the tool method,
 and given an identity from which the call's seed is drawn. Each step costs time in the arguments' size,
-so the Toolshed runs them off the event loop (`run`) unless they are small (`is_small`).
+so the Toolshed runs them off the event loop unless they are small (`is_small`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping, Reversible
+from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import ToolError, ToolMethod
+from spacetools.kit.definition import ToolError, ToolMethod
 from spacetools.toolshed.session import SessionState
 from spacetools.toolshed.variables import referenced_names, resolve_references
 
@@ -29,11 +28,9 @@ __all__ = [
     "is_small",
     "read_arguments",
     "resolve_and_validate",
-    "run",
 ]
 
 Arguments = Mapping[str, Any] | str | None
-_T = TypeVar("_T")
 
 #: No tool takes arguments nested deeper; deeper ones come from degenerate model output.
 MAX_ARGUMENT_DEPTH = 32
@@ -46,6 +43,8 @@ MAX_ARGUMENT_ELEMENTS = 100_000
 #: on the event loop: a thread's round trip would cost more than they do.
 _SMALL_VALUES = 256
 _SMALL_BYTES = 16 * 2**10
+_PLAIN_NUMBERS = frozenset({int, float, bool, type(None)})
+_PLAIN_SCALARS = _PLAIN_NUMBERS | {str}
 
 
 def is_small(value: Any) -> bool:
@@ -54,27 +53,24 @@ def is_small(value: Any) -> bool:
     while stack:
         item = stack.pop()
         budget -= 1
-        if isinstance(item, Mapping | list | tuple):
+        if budget < 0:
+            return False
+        if type(item) in _PLAIN_NUMBERS:  # the common case first: no abstract class to ask
+            continue
+        if isinstance(item, dict | list | tuple | Mapping):
             if len(item) > budget:
                 return False
-            stack.extend(item.values() if isinstance(item, Mapping) else item)
+            stack.extend(item.values() if isinstance(item, dict | Mapping) else item)
         elif isinstance(item, str | bytes | np.ndarray):
             if _byte_size(item) > _SMALL_BYTES:
                 return False
         elif not isinstance(item, int | float | None | np.generic):  # of unknown cost to check
-            return False
-        if budget < 0:
             return False
     return True
 
 
 def _byte_size(item: str | bytes | np.ndarray) -> int:
     return item.nbytes if isinstance(item, np.ndarray) else len(item)
-
-
-async def run(inline: bool, work: Callable[..., _T], *args: Any) -> _T:
-    """`work(*args)`, here when `inline`, else in a thread (off the event loop)."""
-    return work(*args) if inline else await asyncio.to_thread(work, *args)
 
 
 def read_arguments(name: str, arguments: Arguments) -> tuple[dict[str, Any], list[str]]:
@@ -112,13 +108,20 @@ def _check_shape(name: str, arguments: Mapping[str, Any]) -> None:
                 f"the arguments for {name} hold more than {MAX_ARGUMENT_ELEMENTS:,} values; pass large "
                 "data as a variable"
             )
-        if isinstance(item, Mapping | list | tuple):
-            if depth > MAX_ARGUMENT_DEPTH:
-                raise ToolError(
-                    f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
-                )
-            children = list(item.values() if isinstance(item, Mapping) else item)
-            stack.extend((child, depth + 1) for child in reversed(children))
+        if type(item) in _PLAIN_SCALARS:  # the common case first: no abstract class to ask
+            continue
+        children: Reversible[Any]
+        if isinstance(item, list | tuple):
+            children = item
+        elif isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, Mapping):
+            children = list(item.values())
+        else:
+            continue
+        if depth > MAX_ARGUMENT_DEPTH:
+            raise ToolError(f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+        stack.extend([(child, depth + 1) for child in reversed(children)])
 
 
 def resolve_and_validate(
@@ -127,9 +130,8 @@ def resolve_and_validate(
     """The validated keyword arguments (references replaced by `values`) and the call's identity text,
     from which its seed is drawn (the arguments as the model wrote them, so that seeds do not depend
     on variable contents)."""
-    kwargs = method.validate(resolve_references(raw, values.__getitem__))
-    identity = json.dumps([*identity_head, raw], sort_keys=True, separators=(",", ":"), default=_digest)
-    return kwargs, identity
+    kwargs = method.validate(resolve_references(raw, values.__getitem__) if values else raw)
+    return kwargs, _IDENTITY.encode([*identity_head, raw])
 
 
 def call_seed(state: SessionState, identity: str) -> int:
@@ -150,3 +152,8 @@ def _digest(value: Any) -> str:
     if isinstance(value, np.generic):
         return repr(value.item())
     return repr(value)
+
+
+#: Writes a call's identity (what `json.dumps` with these options writes, without building an encoder
+#: per call).
+_IDENTITY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_digest)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from spacetools.tools.definition import Tool, tool_methods
+from spacetools.kit.definition import Tool, tool_methods
 
 __all__ = ["MAX_TIMEOUT_S", "BackendName", "ToolDeployment", "resolve_tool_class"]
 
@@ -45,6 +45,11 @@ class ToolDeployment(BaseModel):
     target_queue_wait_ms: float = Field(default=100.0, gt=0, description="Grow when calls wait longer.")
     scale_down_idle_s: float = Field(
         default=30.0, gt=0, description="Shrink after an instance idled this long."
+    )
+    # Warm standby (see toolshed.standby): started outside the pool, taken at once when the pool grows
+    # or an instance must be replaced (a fresh Ray actor takes seconds to start).
+    standby_instances: int = Field(
+        default=0, ge=0, le=256, description="Instances kept started outside the pool, ready to join it."
     )
 
     @field_validator("tool")

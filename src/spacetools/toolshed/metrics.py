@@ -31,6 +31,7 @@ _TOOL_GAUGES = {
     "queue_depth": "Calls waiting for a free instance.",
     "busy": "Instances running a call.",
     "idle": "Instances waiting for a call.",
+    "standby": "Instances started outside the pool, ready to join it.",
 }
 
 

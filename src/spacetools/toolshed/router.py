@@ -16,16 +16,19 @@ import asyncio
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from spacetools.tools.definition import ToolContext, ToolResult, error_result
+from spacetools.kit.definition import ToolContext, ToolResult, error_result
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed, SetupFailed
+from spacetools.toolshed.standby import Standby
 
 __all__ = ["ToolRouter", "ToolStats"]
+
+_T = TypeVar("_T")
 
 _LATENCY_WINDOW = 10_000
 # Histogram bounds, seconds: from a vision op's millisecond to a model call's minute (Prometheus `le`).
@@ -96,6 +99,35 @@ def _percentiles_ms(samples: deque[float]) -> dict[str, float | None]:
     return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
 
 
+async def _within(seconds: float, awaitable: Awaitable[_T]) -> _T:
+    """`await awaitable`, cancelled with an `asyncio.TimeoutError` after `seconds`.
+
+    `asyncio.wait_for` (before Python 3.12) runs a coroutine in a task of its own, which costs more
+    than a no-op call; this cancels the caller's own task instead, as `asyncio.timeout` does. The timer
+    is cancelled before anything else runs once the awaitable is done, so a cancellation that arrives
+    is the deadline's (or, on Python 3.11+, counted apart: one from elsewhere still propagates).
+    """
+    task = asyncio.current_task()
+    assert task is not None, "runs in a task"
+    fired = False
+
+    def fire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(seconds, fire)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        uncancel = getattr(task, "uncancel", None)
+        if fired and (uncancel is None or uncancel() == 0):
+            raise asyncio.TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
+
+
 class _Unavailable:
     """Put in the free queue to turn every waiting and later caller away with `message` (while it is the
     router's current marker: a stale one, from before a recovery, is dropped by whoever takes it)."""
@@ -118,6 +150,7 @@ class ToolRouter:
         max_queue_wait_s: float | None = None,
         max_retry_s: float = _MAX_RETRY_S,
         watch_interval_s: float = _WATCH_INTERVAL_S,
+        standby: int = 0,
     ) -> None:
         self.name = name
         self.timeout_s = timeout_s
@@ -138,11 +171,17 @@ class ToolRouter:
         self._unavailable: _Unavailable | None = None
         self._down = 0  # instance slots whose restart failed and is being retried
         self._watcher: asyncio.Task[None] | None = None
+        self._standby = Standby(make_instance, standby)
 
     @property
     def instances(self) -> list[Instance]:
         """The current instances (replaced ones drop out)."""
         return list(self._instances)
+
+    @property
+    def standby(self) -> list[Instance]:
+        """Started instances kept outside the pool, ready to join it (`ToolDeployment.standby_instances`)."""
+        return self._standby.instances
 
     @property
     def available(self) -> bool:
@@ -177,6 +216,7 @@ class ToolRouter:
             self._free.put_nowait(instance)
         self._started = True
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        self._standby.refill()
 
     async def close(self) -> None:
         """Turn callers away and kill every instance."""
@@ -187,6 +227,7 @@ class ToolRouter:
         for task in list(self._replacements):
             task.cancel()
         await asyncio.gather(*self._replacements, return_exceptions=True)
+        await self._standby.close()
         await asyncio.gather(*(instance.kill() for instance in self._instances))
 
     async def call(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -196,22 +237,24 @@ class ToolRouter:
         instance that was running it.
         """
         queued_at = time.perf_counter()
-        self._waiting += 1
-        try:
-            instance = await asyncio.wait_for(self._next_instance(), self.max_queue_wait_s)
-        except asyncio.TimeoutError:
-            self.stats.queue_timeouts += 1
-            result = ToolResult.error(
-                f"TimeoutError: {method} waited {self.max_queue_wait_s:g} s for a free {self.name} "
-                "instance; the tool is overloaded, try again later"
-            )
-            self.stats.record(result, time.perf_counter() - queued_at)
-            return result
-        except asyncio.CancelledError:
-            self.stats.cancelled += 1
-            raise
-        finally:
-            self._waiting -= 1
+        instance = self._idle_instance() if self._waiting == 0 else None
+        if instance is None:
+            self._waiting += 1
+            try:
+                instance = await asyncio.wait_for(self._next_instance(), self.max_queue_wait_s)
+            except asyncio.TimeoutError:
+                self.stats.queue_timeouts += 1
+                result = ToolResult.error(
+                    f"TimeoutError: {method} waited {self.max_queue_wait_s:g} s for a free {self.name} "
+                    "instance; the tool is overloaded, try again later"
+                )
+                self.stats.record(result, time.perf_counter() - queued_at)
+                return result
+            except asyncio.CancelledError:
+                self.stats.cancelled += 1
+                raise
+            finally:
+                self._waiting -= 1
         started_at = time.perf_counter()
         if isinstance(instance, _Unavailable):
             result = ToolResult.error(f"RuntimeError: {instance.message}")
@@ -221,7 +264,7 @@ class ToolRouter:
         self._busy += 1
         reusable = False
         try:
-            result = await asyncio.wait_for(instance.invoke(method, kwargs, ctx), self.timeout_s)
+            result = await _within(self.timeout_s, instance.invoke(method, kwargs, ctx))
             reusable = True
         except asyncio.TimeoutError:
             self.stats.timeouts += 1
@@ -255,19 +298,23 @@ class ToolRouter:
                 instance.release_session(session_id)
 
     async def grow(self, count: int) -> tuple[int, str | None]:
-        """Start `count` more instances (autoscaling), each joining the pool as soon as it is up.
+        """Add `count` instances (autoscaling), each joining the pool as soon as it is up: standby
+        instances at once, then new ones.
 
         Returns how many joined and the first failure; a shutdown meanwhile kills those still starting.
         """
 
         async def add_one() -> None:
-            instance = self._make_instance()
+            instance = self._standby.take()
             try:
-                await instance.start()
+                if instance is None:
+                    instance = self._make_instance()
+                    await instance.start()
                 if self._unavailable is not None:
                     raise RuntimeError(f"the {self.name} tool was shut down")
             except BaseException:
-                await instance.kill()
+                if instance is not None:
+                    await instance.kill()
                 raise
             self._instances.append(instance)
             self._size += 1
@@ -278,7 +325,8 @@ class ToolRouter:
         return count - len(failures), str(failures[0]) if failures else None
 
     async def shrink(self) -> bool:
-        """Stop one idle instance (autoscaling); False when none is idle."""
+        """Take one idle instance out of the pool (autoscaling): into the standby when it has room,
+        else stopped; False when none is idle."""
         if self._free.empty():
             return False
         instance = self._free.get_nowait()
@@ -287,7 +335,8 @@ class ToolRouter:
             return False
         self._instances = [other for other in self._instances if other is not instance]
         self._size -= 1
-        await instance.kill()
+        if not self._standby.offer(instance):
+            await instance.kill()
         return True
 
     def snapshot(self) -> dict[str, Any]:
@@ -312,7 +361,20 @@ class ToolRouter:
             "queue_depth": self._waiting,
             "busy": self._busy,
             "idle": self._free.qsize() - int(self._unavailable is not None),
+            "standby": len(self._standby.instances),
         }
+
+    def _idle_instance(self) -> Instance | _Unavailable | None:
+        """A free instance (or the unavailable marker) taken without waiting; None when none is free.
+
+        Only for a caller with nobody queued before it: it cannot then take an instance freed for
+        another.
+        """
+        while self._started and not self._free.empty():
+            taken = self._take(self._free.get_nowait())
+            if taken is not None:
+                return taken
+        return None
 
     async def _next_instance(self) -> Instance | _Unavailable:
         if not self._started:
@@ -321,16 +383,23 @@ class ToolRouter:
         # freed before the waiter that was woken for it runs, and starve the queue.
         await asyncio.sleep(0)
         while True:
-            instance = await self._free.get()
-            if isinstance(instance, _Unavailable):
-                if instance is not self._unavailable:
-                    continue  # stale: the tool recovered since
-                self._free.put_nowait(instance)  # leave it for the next caller too
-                return instance
-            if instance.alive:
-                return instance
-            self.stats.crashes += 1  # died while idle
-            self._replace_later(instance)
+            taken = self._take(await self._free.get())
+            if taken is not None:
+                return taken
+
+    def _take(self, item: Instance | _Unavailable) -> Instance | _Unavailable | None:
+        """What a caller gets for an item of the free queue: a live instance, the current unavailable
+        marker (left in the queue for the next caller too), or None (a stale marker, a dead instance)."""
+        if isinstance(item, _Unavailable):
+            if item is not self._unavailable:
+                return None  # stale: the tool recovered since
+            self._free.put_nowait(item)
+            return item
+        if item.alive:
+            return item
+        self.stats.crashes += 1  # died while idle
+        self._replace_later(item)
+        return None
 
     def _replace_later(self, instance: Instance) -> None:
         task = asyncio.get_running_loop().create_task(self._replace(instance))
@@ -357,6 +426,9 @@ class ToolRouter:
         killed = 0  # starts in a row that died without a setup failure
         down = False  # counted among the slots that cannot serve
         while True:
+            new = self._standby.take()
+            if new is not None:
+                break
             new = self._make_instance()
             try:
                 await new.start()

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import ToolError
+from spacetools.kit.definition import ToolError
 
 __all__ = [
     "MemoryLimitError",
@@ -75,6 +75,8 @@ class SessionState:
     images: list[np.ndarray]
     attachments: list[dict[str, Any]]
     last_used: float
+    #: `(height, width)` of each image, kept with them (every call's context holds them).
+    image_sizes: list[tuple[int, int]] = field(default_factory=list)
     variables: OrderedDict[str, tuple[Any, int]] = field(default_factory=OrderedDict)
     evicted: set[str] = field(default_factory=set)
     #: How often each call (name and arguments) was made: a repeated call draws new noise, so a
@@ -171,6 +173,7 @@ class SessionStore:
                 f"pass its limit of {self.max_total_bytes:,} bytes; close finished sessions or retry later"
             )
         state.images.extend(images)
+        state.image_sizes.extend((image.shape[0], image.shape[1]) for image in images)
         state.attachments.extend(attachments)
 
     def get(self, session_id: str) -> SessionState:
@@ -268,6 +271,7 @@ class SessionStore:
         state.variables.clear()
         state.evicted.clear()
         state.images.clear()
+        state.image_sizes.clear()
         state.attachments.clear()
         state.nbytes = 0
         state.image_bytes = 0

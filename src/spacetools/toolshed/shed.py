@@ -18,14 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     ToolContext,
     ToolError,
     ToolMethod,
     ToolResult,
     ToolSpec,
     error_result,
-    releases_sessions,
     tool_methods,
 )
 from spacetools.toolshed.arguments import (
@@ -34,11 +33,9 @@ from spacetools.toolshed.arguments import (
     is_small,
     read_arguments,
     resolve_and_validate,
-    run,
 )
 from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
-from spacetools.toolshed.backends import instance_factory
-from spacetools.toolshed.backends.ray import fetch_cluster_values
+from spacetools.toolshed.backends import instance_factory, local_arguments
 from spacetools.toolshed.batching import Batcher, batchers_for
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
@@ -113,6 +110,8 @@ class Session:
 
     async def call_many(self, calls: Sequence[tuple[str, Arguments]]) -> list[ToolResult]:
         """Run the calls of one turn in parallel; results in call order."""
+        if len(calls) == 1:  # most turns make one call: no task to gather
+            return [await self.call(*calls[0])]
         return list(await asyncio.gather(*(self.call(name, arguments) for name, arguments in calls)))
 
     def close(self) -> None:
@@ -160,7 +159,6 @@ class Toolshed:
         )
         self._max_queue_wait_s = max_queue_wait_s
         self._routers: dict[str, ToolRouter] = {}
-        self._releasing: list[ToolRouter] = []  # routers of tools that free per-session state
         self._methods: dict[str, tuple[ToolRouter, ToolMethod]] = {}
         self._batchers: dict[str, Batcher] = {}
         self._autoscalers: dict[str, Autoscaler] = {}
@@ -191,10 +189,9 @@ class Toolshed:
             deployment.timeout_s,
             deployment.backend,
             max_queue_wait_s=self._max_queue_wait_s,
+            standby=deployment.standby_instances,
         )
         self._routers[tool_class.name] = router
-        if releases_sessions(tool_class):
-            self._releasing.append(router)
         for method in tool_methods(tool_class).values():
             self._methods[method.name] = (router, method)
         self._batchers.update(batchers_for(deployment, router))
@@ -310,33 +307,34 @@ class Toolshed:
             # runs off the event loop, so that one hostile call cannot stall the others (or `/health`).
             # The session's variables are looked up here, on the loop that owns the store.
             small = is_small(arguments)
-            raw, referenced = await run(small, read_arguments, name, arguments)
+            raw, referenced = (
+                read_arguments(name, arguments)
+                if small
+                else await asyncio.to_thread(read_arguments, name, arguments)
+            )
             values = {variable: self._store.lookup(state, variable) for variable in referenced}
-            kwargs, identity = await run(
-                small and is_small(values),
-                resolve_and_validate,
-                method,
-                raw,
-                values,
-                [self.seed, state.seed, name],
+            head = [self.seed, state.seed, name]
+            kwargs, identity = (
+                resolve_and_validate(method, raw, values, head)
+                if small and (not values or is_small(values))
+                else await asyncio.to_thread(resolve_and_validate, method, raw, values, head)
             )
             ctx = ToolContext(
                 session_id=state.id,
                 images={
                     i: state.images[i] for i in method.referenced_images(kwargs) if i < len(state.images)
                 },
-                image_sizes=[(image.shape[0], image.shape[1]) for image in state.images],
+                image_sizes=list(state.image_sizes),
                 attachments=list(state.attachments),
-                rng=np.random.default_rng(call_seed(state, identity)),
+                rng=call_seed(state, identity),
             )
+            kwargs = local_arguments(router.backend, kwargs)
         # Exception: whatever else the model's arguments provoke (an integer too long to write, say)
         # is the model's error to read, not the server's.
         except Exception as exc:
             result = ToolResult.error(str(exc)) if isinstance(exc, ToolError) else error_result(exc)
             router.stats.record(result, time.perf_counter() - started_at)
             return result
-        if router.backend != "ray":  # arrays a Ray actor left in the object store come here by value
-            kwargs = fetch_cluster_values(kwargs)
         result = await self._batchers.get(name, router).call(name, kwargs, ctx)
         self._keep_images(state, result)
         if result.variables:
@@ -367,8 +365,9 @@ class Toolshed:
         return index
 
     def _release_tool_sessions(self, session_id: str) -> None:
-        """A session closed or expired: the tools that hold state per session free it."""
-        for router in self._releasing:
+        """A session closed or expired: the tools that hold state per session free it, and instances
+        in other processes drop the session's context."""
+        for router in self._routers.values():
             router.release_session(session_id)
 
     def _unknown_tool_message(self, name: str) -> str:

@@ -25,7 +25,18 @@ def resolve_references(value: Any, lookup: Callable[[str], Any]) -> Any:
 
 
 def referenced_names(value: Any) -> list[str]:
-    """The variable names referenced anywhere in `value`, in order of appearance."""
+    """The variable names referenced anywhere in `value`, in order of appearance (an iterative walk
+    of the lists and dicts `resolve_references` enters, copying nothing)."""
     names: list[str] = []
-    resolve_references(value, lambda name: names.append(name))
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            match = REFERENCE.match(item) if item.startswith("$") else None
+            if match:
+                names.append(match.group(1))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(item.values()))
     return names

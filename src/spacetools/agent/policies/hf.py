@@ -38,19 +38,12 @@ from spacetools.agent.policies.generation import (
     vision_token_ids,
 )
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer, TokenTrace
-from spacetools.tools import imagecodec
-from spacetools.tools.models.language import (
-    TEXT_ONLY_NOTE,
-    has_vision,
-    image_note,
-    load_chat_processor,
-    load_language_model,
-)
+from spacetools.kit import imagecodec
+from spacetools.kit.loading import DTYPES, load_processor, load_vlm
+from spacetools.kit.textonly import TEXT_ONLY_NOTE, has_vision, image_note
 
 if TYPE_CHECKING:
     from spacetools.agent.types import EpisodeState
-
-_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def template_renders_tool_role(chat_template: str) -> bool:
@@ -375,15 +368,11 @@ def load_hf_policy(
     path = Path(model_path)
     if not path.is_dir():
         raise FileNotFoundError(f"hf policy: model directory {model_path!r} does not exist")
-    if dtype not in _DTYPES:
-        raise ValueError(f"hf policy: dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"hf policy: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     _check_settings(max_new_tokens, temperature, batch_size, batch_wait_ms)
-    import torch
-
-    processor = load_chat_processor(path)
-    model = load_language_model(path, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
-    model.to(device)
-    model.eval()
+    processor = load_processor(path)
+    model = load_vlm(path, device=device, dtype=dtype)
     return HFPolicy(
         model,
         processor,

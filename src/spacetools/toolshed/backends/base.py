@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from spacetools.tools.definition import ToolContext, ToolResult
+from spacetools.kit.definition import ToolContext, ToolResult
 
 __all__ = ["Instance", "InstanceCrashed", "SetupFailed"]
 
@@ -50,8 +50,9 @@ class Instance(Protocol):
         ...
 
     def release_session(self, session_id: str) -> None:
-        """Have the tool free what it holds for a closed session (`Tool.release_session`), after the
-        calls already sent to this instance; returns at once without waiting for it."""
+        """Have the tool free what it holds for a closed session (`Tool.release_session`), and the
+        instance drop the session's context it was sent, after the calls already sent to this
+        instance; returns at once without waiting for it (a no-op when there is nothing to free)."""
         ...
 
     async def kill(self) -> None:

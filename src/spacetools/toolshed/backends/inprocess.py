@@ -16,12 +16,13 @@ import queue
 import threading
 from typing import Any
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,
     invoke_tool_method,
     release_tool_session,
+    releases_sessions,
 )
 from spacetools.toolshed.backends.base import SetupFailed
 from spacetools.toolshed.deployment import resolve_tool_class
@@ -49,6 +50,7 @@ class InProcessInstance:
         self._killed = threading.Event()
         self._thread: threading.Thread | None = None
         self._busy = False  # a call is running on the thread
+        self._releases = releases_sessions(resolve_tool_class(tool))
 
     @property
     def alive(self) -> bool:
@@ -86,8 +88,10 @@ class InProcessInstance:
         return await future
 
     def release_session(self, session_id: str) -> None:
-        """Queue the session's release for the thread (it runs after the calls queued before it)."""
-        self._requests.put(session_id)
+        """Queue the session's release for the thread, when the tool frees sessions (it runs after the
+        calls queued before it)."""
+        if self._releases:
+            self._requests.put(session_id)
 
     async def kill(self) -> None:
         """Abandon the thread: it stops taking calls and drops the result of a call in progress."""

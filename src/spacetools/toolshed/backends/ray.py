@@ -1,10 +1,12 @@
 """Ray backend: each instance is a Ray actor holding its CPU/GPU share, optionally in a placement group.
 
-The actor constructs the tool and runs `setup()` on whichever node Ray places it. Big array variables
-stay in the cluster: the actor returns them as a second return object, which Ray keeps in the object
-store of the actor's node (owned by the server, so it outlives the actor); the session holds a
-`ClusterArray` handle and a later call passes the handle, which the next actor reads from the store.
-Only the result's text, images and small variables come back to the server.
+The actor constructs the tool and runs `setup()` on whichever node Ray places it. A call is one actor
+task with one argument and one return object; the session's part of its context goes to an actor once
+per session (`backends.context`). Big array variables stay in the cluster: the actor keeps them aside,
+and the server asks for them in a second task, whose return object Ray keeps in the object store of the
+actor's node (owned by the server, so it outlives the actor); the session holds a `ClusterArray` handle
+and a later call passes the handle, which the next actor reads from the store. Only the result's text,
+images and small variables come back to the server.
 
 `ray` is imported on first use, so a Toolshed without Ray actors never pays for it.
 """
@@ -20,16 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from spacetools.tools.batching import BatchResult
-from spacetools.tools.definition import (
+from spacetools.kit.batching import BatchResult
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,
     invoke_tool_method,
     release_tool_session,
+    releases_sessions,
     sanitize_error_text,
 )
 from spacetools.toolshed.backends.base import InstanceCrashed, SetupFailed
+from spacetools.toolshed.backends.context import ContextReceiver, ContextSender, WireContext
 from spacetools.toolshed.deployment import ToolDeployment, resolve_tool_class
 
 if TYPE_CHECKING:
@@ -93,7 +97,7 @@ def fetch_cluster_values(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class _BulkSlot:
-    """Where a big variable went: a key into the call's second return object."""
+    """Where a big variable went: a key into the dict of the call's big arrays."""
 
     key: str
     shape: tuple[int, ...]
@@ -101,8 +105,8 @@ class _BulkSlot:
     nbytes: int
 
 
-def _split_bulk(result: ToolResult) -> tuple[ToolResult, dict[str, np.ndarray]]:
-    """Move big array variables (of every result of a batch) out of `result` into a separate dict."""
+def _split_bulk(result: ToolResult) -> dict[str, np.ndarray]:
+    """Move big array variables (of every result of a batch) out of `result` into a dict."""
     bulk: dict[str, np.ndarray] = {}
     parts = result.results if isinstance(result, BatchResult) else [result]
     for index, part in enumerate(parts):
@@ -111,7 +115,12 @@ def _split_bulk(result: ToolResult) -> tuple[ToolResult, dict[str, np.ndarray]]:
                 key = f"{index}:{name}"
                 bulk[key] = value
                 part.variables[name] = _BulkSlot(key, value.shape, value.dtype.str, value.nbytes)
-    return result, bulk
+    return bulk
+
+
+def _has_bulk(result: ToolResult) -> bool:
+    parts = result.results if isinstance(result, BatchResult) else [result]
+    return any(isinstance(value, _BulkSlot) for part in parts for value in part.variables.values())
 
 
 def _attach_bulk(result: ToolResult, bulk_ref: ray.ObjectRef[Any]) -> ToolResult:
@@ -125,6 +134,11 @@ def _attach_bulk(result: ToolResult, bulk_ref: ray.ObjectRef[Any]) -> ToolResult
     return result
 
 
+#: One call as the actor takes it: the call's number on its instance, the method, the keyword
+#: arguments and the context.
+_Call = tuple[int, str, dict[str, Any], WireContext]
+
+
 class _ToolActor:
     """The actor class: one tool object on a Ray worker process."""
 
@@ -132,6 +146,8 @@ class _ToolActor:
         self._tool_ref = tool_ref
         self._config = config
         self._tool: Tool | None = None
+        self._contexts = ContextReceiver()
+        self._bulk: tuple[int, dict[str, np.ndarray]] | None = None  # the last call's big arrays
 
     def setup(self) -> tuple[str, Any]:
         try:
@@ -141,14 +157,26 @@ class _ToolActor:
             return "failed", sanitize_error_text(f"{type(exc).__name__}: {exc}")
         return "ready", os.getpid()
 
-    def invoke(
-        self, method: str, kwargs: dict[str, Any], ctx: ToolContext
-    ) -> tuple[ToolResult, dict[str, np.ndarray]]:
+    def invoke(self, call: _Call) -> ToolResult:
+        """Run one call; its big arrays wait for `take_bulk` (the server asks only when there are)."""
         assert self._tool is not None, "setup() runs first"
-        return _split_bulk(invoke_tool_method(self._tool, method, fetch_cluster_values(kwargs), ctx))
+        number, method, kwargs, wire = call
+        ctx = self._contexts.unpack(wire)
+        result = invoke_tool_method(self._tool, method, fetch_cluster_values(kwargs), ctx)
+        bulk = _split_bulk(result)
+        self._bulk = (number, bulk) if bulk else None
+        return result
+
+    def take_bulk(self, number: int) -> dict[str, np.ndarray]:
+        """The big arrays of call `number`, to become a return object the server owns."""
+        bulk, self._bulk = self._bulk, None
+        if bulk is None or bulk[0] != number:
+            raise RuntimeError(f"the big arrays of call {number} are gone")
+        return bulk[1]
 
     def release_session(self, session_id: str) -> None:
         assert self._tool is not None, "setup() runs first"
+        self._contexts.forget(session_id)
         release_tool_session(self._tool, session_id)
 
     def watch(self) -> None:
@@ -235,6 +263,9 @@ class RayInstance:
         self._actor: Any = None
         self._pid: int | None = None
         self._dead = False
+        self._releases = releases_sessions(resolve_tool_class(tool))
+        self._contexts = ContextSender()
+        self._calls = 0
 
     @property
     def alive(self) -> bool:
@@ -281,17 +312,27 @@ class RayInstance:
 
         if not self.alive:
             raise InstanceCrashed(None)
-        result_ref, bulk_ref = self._actor.invoke.options(num_returns=2).remote(method, kwargs, ctx)
+        self._calls += 1
+        try:
+            result_ref = self._actor.invoke.remote((self._calls, method, kwargs, self._contexts.pack(ctx)))
+        except Exception:
+            self._contexts.forget(ctx.session_id)  # the actor did not get it: send it again next time
+            raise
         try:
             result: ToolResult = await result_ref
         except ray.exceptions.RayActorError:
             self._dead = True
             raise InstanceCrashed(None) from None
-        return _attach_bulk(result, bulk_ref)
+        if _has_bulk(result):
+            # Asked for before any later call can reach the actor, so its arrays are still there.
+            _attach_bulk(result, self._actor.take_bulk.remote(self._calls))
+        return result
 
     def release_session(self, session_id: str) -> None:
-        """Queue the session's release on the actor (one call at a time: after the calls before it)."""
-        if self.alive:
+        """Queue the session's release on the actor (one call at a time: after the calls before it),
+        when it holds the session's context or the tool frees sessions."""
+        held = self._contexts.forget(session_id)
+        if (held or self._releases) and self.alive:
             self._actor.release_session.remote(session_id)  # fire and forget: nobody waits for it
 
     def _on_death(self, _future: Any) -> None:
@@ -314,7 +355,7 @@ def ray_factory(deployment: ToolDeployment, name: str) -> Callable[[], RayInstan
     placement = (
         _Placement(
             deployment.placement,
-            deployment.max_instances or deployment.instances,
+            (deployment.max_instances or deployment.instances) + deployment.standby_instances,
             deployment.num_cpus,
             deployment.num_gpus,
         )
