@@ -1,13 +1,14 @@
 """GRPO group generation: a group's episodes sampled together in batched `generate` calls, against one
 episode's turn at a time (what the trainer did before: one `generate` per turn under a lock).
 
-SmolLM2-135M-Instruct (CPU) runs one GRPO group, `--group` episodes of one SpatialSim question with the
-live V1 tools in this process, through the recording `hf` policy GRPO samples with; the only difference
+SmolLM2-135M-Instruct (CPU) runs one GRPO group, `--group` episodes of one question against an echo tool
+in this process, through the recording `hf` policy GRPO samples with; told to go on when a turn has no
+answer, every episode runs `--turns` turns of up to `--max-new-tokens` tokens. The only difference
 between the two settings is the policy's `batch_size` (1: serial). Settings alternate, `--repeats` runs
 each, in one process, so their ratio holds on a loaded machine. Each episode samples the same tokens in
 both settings (its turns are seeded by episode and turn), which the script checks: equal work.
 
-    python benchmarks/grpo_generation.py [--group 8] [--repeats 2] [--max-new-tokens 48]
+    python benchmarks/grpo_generation.py [--group 8] [--turns 3] [--max-new-tokens 64] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -18,38 +19,35 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "src")]
 
 from spacetools.agent.policies.hf import HFPolicy  # noqa: E402
 from spacetools.agent.rollout import RolloutConfig, run_episodes  # noqa: E402
-from spacetools.bench.evaluate import episode_input, load_samples  # noqa: E402
-from spacetools.bench.spatialsim.generator import generate_group, write_families  # noqa: E402
+from spacetools.agent.types import Task  # noqa: E402
 from spacetools.kit.loading import load_processor, load_vlm  # noqa: E402
+from spacetools.tools.diagnostics import EchoTool  # noqa: E402
+from spacetools.toolshed.deployment import ToolDeployment  # noqa: E402
 from spacetools.toolshed.shed import Toolshed  # noqa: E402
-from spacetools.toolshed.toolsets import with_profile  # noqa: E402
 from spacetools.train.base_models import get_base_model  # noqa: E402
 
-PROMPT = (
-    'Call a tool as <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answer as <answer>...</answer>.\n'
-    'Example: <tool_call>{"name": "roborefer.detect_one", "arguments": {"obj_name": "red mug", '
-    '"image_index": 0}}</tool_call>\nTools: {tools}'
-)
+PROMPT = "Call a tool as <tool_call>{...}</tool_call>, answer as <answer>...</answer>.\nTools: {tools}"
+QUESTION = "Is the red mug left of the blue bowl? Answer yes or no."
 
 
 async def group(
-    policy: HFPolicy, tools: Toolshed, inputs: list[Any], config: RolloutConfig
+    policy: HFPolicy, tools: Toolshed, tasks: list[Task], config: RolloutConfig
 ) -> dict[str, Any]:
     policy.forget()
     policy.reset_stats()
     started = time.perf_counter()
-    trajectories = await run_episodes(policy, tools, inputs, config=config)
+    trajectories = await run_episodes(policy, tools, tasks, config=config)
     wall = time.perf_counter() - started
     await policy.aclose()
     stats = policy.stats()
@@ -62,42 +60,43 @@ async def group(
     }
 
 
-async def main(group_size: int, repeats: int, max_new_tokens: int) -> dict[str, Any]:
+async def main(group_size: int, turns: int, max_new_tokens: int, repeats: int) -> dict[str, Any]:
     folder = get_base_model("smollm2-135m")
     processor = load_processor(folder)
     model = load_vlm(folder, dtype="float32")
-    with tempfile.TemporaryDirectory() as data:
-        write_families(Path(data), {"reflocation": generate_group(0, "reflocation", 0, 1)})
-        (task_id, sample), *_ = load_samples(Path(data)).items()
-    inputs = [episode_input(sample, f"{task_id}#{k}") for k in range(group_size)]
+    image = np.full((56, 56, 3), 120, np.uint8)
+    tasks = [
+        Task(id=f"q#{k}", data_source="robospatial", question=QUESTION, images=[image])
+        for k in range(group_size)
+    ]
     config = RolloutConfig(
-        max_turns=3, system_prompt=PROMPT, concurrency=group_size, feedback_on_no_answer=True
+        max_turns=turns, system_prompt=PROMPT, concurrency=group_size, feedback_on_no_answer=True
     )
-    policies = {
-        "serial": HFPolicy(
-            model, processor, temperature=1.0, max_new_tokens=max_new_tokens, batch_size=1, record=True
-        ),
-        "batched": HFPolicy(
+
+    def policy(batch_size: int) -> HFPolicy:
+        return HFPolicy(
             model,
             processor,
             temperature=1.0,
             max_new_tokens=max_new_tokens,
-            batch_size=group_size,
+            batch_size=batch_size,
             record=True,
-        ),
-    }
+        )
+
+    policies = {"serial": policy(1), "batched": policy(group_size)}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in policies}
     load_before = os.getloadavg()[0]
-    async with Toolshed(with_profile("v1", "exact"), seed=0) as tools:
-        await group(policies["batched"], tools, inputs[:1], config)  # warm-up
+    async with Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")]) as tools:
+        await group(policies["batched"], tools, tasks[:1], config)  # warm-up
         for _ in range(repeats):
-            for name, policy in policies.items():
-                runs[name].append(await group(policy, tools, inputs, config))
+            for name, chosen in policies.items():
+                runs[name].append(await group(chosen, tools, tasks, config))
     serial, batched = (
         statistics.median(run["wall_s"] for run in runs[name]) for name in ("serial", "batched")
     )
     return {
         "group_size": group_size,
+        "turns": turns,
         "max_new_tokens": max_new_tokens,
         "threads": torch.get_num_threads(),
         "load_before": load_before,
@@ -116,7 +115,8 @@ async def main(group_size: int, repeats: int, max_new_tokens: int) -> dict[str, 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.group, args.repeats, args.max_new_tokens)), indent=2))
+    print(json.dumps(asyncio.run(main(args.group, args.turns, args.max_new_tokens, args.repeats)), indent=2))

@@ -244,20 +244,3 @@ def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path:
     turns = [m["content"] for m in trajectory.messages if m["role"] == "assistant"]
     assert len(turns) == trajectory.turns and all(turns)  # the pretrained model wrote every turn
     assert policy.stats()["new_tokens"] > 0
-
-
-def test_entropy_per_distribution_and_suppressed_tokens_add_nothing() -> None:
-    import math
-
-    import torch
-
-    from spacetools.agent.policies.generation import token_entropy
-
-    logits = torch.zeros(1, 3, 4)
-    logits[0, 0, 2] = 10.0
-    entropy = token_entropy(logits)  # (1, 3): one per distribution
-    assert entropy.shape == (1, 3)
-    assert entropy[0, 2].item() == pytest.approx(math.log(4))  # uniform over 4 tokens
-    assert entropy[0, 0].item() < 0.01  # all but certain of token 2
-    suppressed = torch.tensor([0.0, 0.0, -math.inf])
-    assert token_entropy(suppressed).item() == pytest.approx(math.log(2))
