@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from spacetools.agent.policies import make_policy
-from spacetools.agent.policies.hf import HFPolicy, convert_messages, template_renders_tool_role
+from spacetools.agent.policies.hf import ChatFormat, HFPolicy, load_hf_policy, template_renders_tool_role
 from spacetools.agent.types import EpisodeState, Policy, Task
 from tiny_qwen import CHAT_TEMPLATE, build_tiny_qwen25_vl
 
@@ -28,7 +28,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 
 @pytest.fixture(scope="module")
 def policy(tiny_model: tuple[Path, int]) -> HFPolicy:
-    return HFPolicy(str(tiny_model[0]), max_new_tokens=6, batch_size=8, batch_wait_ms=20)
+    return load_hf_policy(str(tiny_model[0]), max_new_tokens=6, batch_size=8, batch_wait_ms=20)
 
 
 def image(seed: int, size: int = 56) -> np.ndarray:
@@ -103,8 +103,8 @@ def test_concurrent_acts_share_one_left_padded_generate(
 @pytest.mark.slow
 def test_batched_turns_equal_turns_generated_one_by_one(tiny_model: tuple[Path, int]) -> None:
     states = [episode("How far is the cup?", 4), episode("Is the bowl left of the plate?", 5, True)]
-    batched = HFPolicy(str(tiny_model[0]), max_new_tokens=6, batch_size=8)
-    alone = HFPolicy(str(tiny_model[0]), max_new_tokens=6, batch_size=1)
+    batched = load_hf_policy(str(tiny_model[0]), max_new_tokens=6, batch_size=8)
+    alone = HFPolicy(batched.model, batched.processor, max_new_tokens=6, batch_size=1)
 
     together = asyncio.run(act_all(batched, states))
     one_by_one = asyncio.run(act_all(alone, states))
@@ -120,13 +120,13 @@ def test_each_turn_keeps_its_own_token_limit_in_a_shared_batch_and_is_counted(
 ) -> None:
     short, default = episode("How far is the cup?", 4), episode("Is the bowl left of the plate?", 5, True)
     short.max_new_tokens = 2  # what the rollout sets when the episode's budget has 2 tokens left
-    batched = HFPolicy(str(tiny_model[0]), max_new_tokens=6, batch_size=8)
+    batched = load_hf_policy(str(tiny_model[0]), max_new_tokens=6, batch_size=8)
     texts = asyncio.run(act_all(batched, [short, default]))
     assert batched.stats()["batches"] == 1
     assert 1 <= short.model_tokens <= 2 and 1 <= default.model_tokens <= 6
     assert batched.stats()["new_tokens"] == short.model_tokens + default.model_tokens
     # The cut turn is the one a policy limited to 2 tokens writes alone (greedy decoding).
-    alone = HFPolicy(str(tiny_model[0]), max_new_tokens=2, batch_size=1)
+    alone = HFPolicy(batched.model, batched.processor, max_new_tokens=2, batch_size=1)
     assert asyncio.run(act_all(alone, [episode("How far is the cup?", 4)])) == texts[:1]
 
 
@@ -135,7 +135,7 @@ def test_batch_size_caps_each_generate_and_sampling_runs(tiny_model: tuple[Path,
     sampler = make_policy(
         "hf", model_path=str(tiny_model[0]), max_new_tokens=4, temperature=1.0, batch_size=2
     )
-    assert isinstance(sampler, HFPolicy) and sampler.generation_config.do_sample
+    assert isinstance(sampler, HFPolicy) and sampler.temperature == 1.0
 
     texts = asyncio.run(act_all(sampler, [episode(f"Question {i}?", 10 + i) for i in range(3)]))
 
@@ -159,7 +159,7 @@ def test_bad_image_index_fails_that_act_only_and_policy_survives_aclose(policy: 
     assert isinstance(asyncio.run(run()), str)
 
 
-def test_convert_messages_groups_tool_results_as_user_turn_and_orders_images() -> None:
+def test_chat_format_groups_tool_results_as_user_turn_and_orders_images() -> None:
     images = [image(0, 8), image(1, 8), image(2, 8)]
     messages = [
         {"role": "user", "content": [{"type": "image", "index": 2}, {"type": "text", "text": "Q"}]},
@@ -168,7 +168,7 @@ def test_convert_messages_groups_tool_results_as_user_turn_and_orders_images() -
         {"role": "tool", "content": [{"type": "text", "text": "second"}, {"type": "image", "index": 0}]},
     ]
 
-    conversation, ordered = convert_messages(messages, images, native_tool_role=False)
+    conversation, ordered = ChatFormat(native_tool_role=False).convert(messages, images)
 
     assert [m["role"] for m in conversation] == ["user", "assistant", "user"]
     tool_texts = [part["text"] for part in conversation[2]["content"] if part["type"] == "text"]
@@ -179,7 +179,7 @@ def test_convert_messages_groups_tool_results_as_user_turn_and_orders_images() -
     ]
     assert [np.asarray(picture).tolist() for picture in ordered] == [images[2].tolist(), images[0].tolist()]
 
-    native, _ = convert_messages(messages, images, native_tool_role=True)
+    native, _ = ChatFormat(native_tool_role=True).convert(messages, images)
     assert [m["role"] for m in native] == ["user", "assistant", "tool", "tool"]
     assert native[2]["content"] == [{"type": "text", "text": "first"}]
 
@@ -188,22 +188,21 @@ def test_template_detection_and_bad_messages() -> None:
     assert not template_renders_tool_role(CHAT_TEMPLATE)
     assert template_renders_tool_role("{% if message.role == 'tool' %}<tool_response>{% endif %}")
     with pytest.raises(ValueError, match="unknown role"):
-        convert_messages([{"role": "robot", "content": "hi"}], [], native_tool_role=False)
+        ChatFormat(native_tool_role=False).convert([{"role": "robot", "content": "hi"}], [])
     with pytest.raises(ValueError, match="uint8"):
-        convert_messages(
+        ChatFormat(native_tool_role=False).convert(
             [{"role": "user", "content": [{"type": "image", "index": 0}]}],
             [np.zeros((4, 4), dtype=np.float32)],
-            native_tool_role=False,
         )
 
 
 def test_bad_options_give_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        HFPolicy(str(tmp_path / "missing"))
+        load_hf_policy(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="dtype"):
-        HFPolicy(str(tmp_path), dtype="float8")
+        load_hf_policy(str(tmp_path), dtype="float8")
     with pytest.raises(ValueError, match="batch_size"):
-        HFPolicy(str(tmp_path), batch_size=0)
+        load_hf_policy(str(tmp_path), batch_size=0)
 
 
 def test_module_imports_without_torch() -> None:
@@ -229,7 +228,7 @@ def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path:
         'Example: <tool_call>{"name": "roborefer.detect_one", "arguments": {"obj_name": "red mug", '
         '"image_index": 0}}</tool_call>\nTools: {tools}'
     )
-    policy = HFPolicy(str(smollm2_folder()), max_new_tokens=40)
+    policy = load_hf_policy(str(smollm2_folder()), max_new_tokens=40)
     assert not policy.vision
     seen: list[str] = []  # the prompts the model read
 
@@ -237,9 +236,7 @@ def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path:
         name = policy.name
 
         async def act(self, state: EpisodeState) -> str:
-            conversation, images = convert_messages(
-                state.messages, state.images, native_tool_role=policy.native_tool_role, vision=False
-            )
+            conversation, images = policy.format.convert(state.messages, state.images)
             prompt = policy.processor.apply_chat_template(
                 conversation, add_generation_prompt=True, tokenize=False
             )

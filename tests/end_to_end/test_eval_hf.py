@@ -72,7 +72,7 @@ def test_hf_model_runs_spatialsim_samples_end_to_end(
 
 def _regenerate(model_path: Path, state: EpisodeState) -> str:
     """One assistant turn from a fresh policy on the same model (built here: no CLI state is reused)."""
-    from spacetools.agent.policies.hf import HFPolicy
+    from spacetools.agent.policies.hf import load_hf_policy
 
-    policy = HFPolicy(str(model_path), max_new_tokens=MAX_NEW_TOKENS)
+    policy = load_hf_policy(str(model_path), max_new_tokens=MAX_NEW_TOKENS)
     return asyncio.run(policy.act(state))

@@ -12,7 +12,6 @@ from spacetools.train.objectives import (
     grpo_loss,
     kl_low_variance,
     masked_mean,
-    token_entropy,
     token_logprobs,
 )
 
@@ -97,7 +96,7 @@ def test_gradient_flows_only_through_model_tokens() -> None:
     assert logp.grad.tolist() == [[0.0, -1.0, 0.0]]
 
 
-def test_token_logprobs_are_aligned_with_the_token_they_predict_and_entropy_per_distribution() -> None:
+def test_token_logprobs_are_aligned_with_the_token_they_predict() -> None:
     logits = torch.zeros(1, 3, 4)
     logits[0, 0, 2] = 10.0  # position 0 predicts token 2 at position 1
     ids = torch.tensor([[1, 2, 3]])
@@ -106,12 +105,6 @@ def test_token_logprobs_are_aligned_with_the_token_they_predict_and_entropy_per_
     assert logp[0, 0].item() == 0.0
     assert logp[0, 1].item() == pytest.approx(torch.log_softmax(logits[0, 0], -1)[2].item())
     assert logp[0, 2].item() == pytest.approx(math.log(0.25))
-    entropy = token_entropy(logits)  # (1, 3): one per distribution
-    assert entropy.shape == (1, 3)
-    assert entropy[0, 2].item() == pytest.approx(math.log(4))  # uniform over 4 tokens
-    assert entropy[0, 0].item() < 0.01  # all but certain of token 2
-    suppressed = torch.tensor([0.0, 0.0, -math.inf])
-    assert token_entropy(suppressed).item() == pytest.approx(math.log(2))
 
 
 def test_masked_mean_of_an_empty_mask_is_zero() -> None:

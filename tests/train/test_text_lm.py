@@ -23,7 +23,7 @@ from tiny_qwen import build_tiny_tokenizer
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from spacetools.agent.policies.hf import HFPolicy  # noqa: E402
+from spacetools.agent.policies.hf import load_hf_policy  # noqa: E402
 from spacetools.kit.loading import load_processor  # noqa: E402
 from spacetools.kit.textonly import TEXT_ONLY_NOTE  # noqa: E402
 from spacetools.train.config import GRPOConfig, SFTConfig  # noqa: E402
@@ -144,7 +144,7 @@ def test_lora_sft_resumes_exactly_and_its_adapter_loads_in_the_hf_policy(
     assert _losses(tmp_path / "broken") == pytest.approx(losses, rel=1e-5)
 
     # `eval --policy hf` on the adapter folder: the base with the trained adapter merged in.
-    policy = HFPolicy(str(trained), max_new_tokens=4)
+    policy = load_hf_policy(str(trained), max_new_tokens=4)
     base = AutoModelForCausalLM.from_pretrained(tiny_llama, local_files_only=True)
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():

@@ -31,8 +31,9 @@ Thoughts = Literal["full", "empty"]
 ReportTo = Literal["tensorboard", "wandb"]
 """Where a training stage's figures go besides `metrics.jsonl` (W&B runs offline without an API key)."""
 REPORT_TO_HELP = "tensorboard (event files in the run folder) and/or wandb (offline without WANDB_API_KEY)"
-# Settings that change where figures are shown, not what is trained: a resumed run may change them.
-_NOT_COMPARED = frozenset({"report_to"})
+# Settings a resumed run may change: where figures are shown, and how many episodes share a generate
+# call (an episode samples the same tokens whichever episodes share its batch): not what is trained.
+_NOT_COMPARED = frozenset({"report_to", "generation_batch_size"})
 Trainable = Annotated[str, StringConstraints(pattern=r"^(full|lora|last_layers:[1-9][0-9]*)$")]
 """Which weights a stage trains: `full`, `lora`, or `last_layers:N` (see `spacetools.kit.trainable`)."""
 
@@ -192,6 +193,9 @@ class GRPOSettings(BaseModel):
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
     tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig())
     seed: int = Field(0, ge=0, description="the data order's and the sampling's (the tools have their own)")
+    generation_batch_size: PositiveInt = Field(
+        16, description="episodes sampled together in one generate call (bounds the memory of generation)"
+    )
     checkpoint_every: PositiveInt = 5
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

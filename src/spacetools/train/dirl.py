@@ -291,9 +291,9 @@ class DIRLRun:
     async def _evaluate(
         self, model: Path, folder: Path, *, data: Path | None = None, limit: int | None = None
     ) -> None:
-        from spacetools.agent.policies.hf import HFPolicy
+        from spacetools.agent.policies.hf import load_hf_policy
 
-        policy = HFPolicy(model_path=str(model), device=self.config.device)
+        policy = load_hf_policy(str(model), device=self.config.device)
         config = EvalConfig(
             data=data or self.eval_data,
             out=folder,

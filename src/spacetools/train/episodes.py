@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from spacetools.agent.policies.hf import convert_messages
+from spacetools.agent.policies.generation import join_vision
+from spacetools.agent.policies.hf import ChatFormat, RecordedEpisode
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
-from spacetools.kit.textonly import has_vision
 
 LOGPROB_CHUNK = 1024  # positions whose (chunk, V) logits exist at once while scoring an episode
 
@@ -28,8 +28,7 @@ class Example:
 
 def encode_episode(processor: Any, messages: list[dict[str, Any]], images: list[np.ndarray]) -> Example:
     """Token ids of an episode as its model's chat template renders it, with the assistant mask."""
-    native = "<tool_response>" in str(processor.chat_template or "")
-    chat, ordered = convert_messages(messages, images, native_tool_role=native, vision=has_vision(processor))
+    chat, ordered = ChatFormat.of(processor).convert(messages, images)
     tokenizer = ProcessorTokenizer(processor, ordered)
     eos = processor.tokenizer.convert_tokens_to_ids(processor.tokenizer.eos_token)
     first = next((i for i, message in enumerate(chat) if message["role"] == "assistant"), len(chat))
@@ -49,20 +48,21 @@ def encode_episode(processor: Any, messages: list[dict[str, Any]], images: list[
     return Example(torch.tensor(trace.trace.ids), torch.tensor(trace.trace.mask), vision)
 
 
+def recorded_example(episode: RecordedEpisode) -> Example:
+    """An episode a recording policy sampled: its ids, mask, pixels and sampling log-probabilities."""
+    trace = episode.trace
+    return Example(
+        ids=torch.tensor(trace.ids),
+        mask=torch.tensor(trace.mask),
+        vision=join_vision(episode.vision),
+        logprobs=torch.tensor(trace.logprobs),
+    )
+
+
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(part.get("text", "") for part in content if part.get("type") == "text")
-
-
-VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
-
-
-def vision_token_ids(tokenizer: Any) -> list[int]:
-    """Ids of the tokens that stand for pixels: a policy must never write them (the processor does), or
-    the next forward pass finds an image slot with no image behind it."""
-    vocab = tokenizer.get_vocab()
-    return sorted(vocab[token] for token in VISION_TOKENS if token in vocab)
 
 
 def forward_logprobs(
@@ -108,8 +108,3 @@ def forward_logprobs(
     if picked:
         logp = logp.index_put((targets,), torch.cat(picked))
     return logp.unsqueeze(0)
-
-
-def join_vision(chunks: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """The processor outputs of a conversation's chunks as one set of pixel inputs, in image order."""
-    return {key: torch.cat([chunk[key] for chunk in chunks]) for key in (chunks[0] if chunks else {})}

@@ -4,7 +4,8 @@ Per step: take `prompts_per_step` questions, run `group_size` episodes of each t
 rollout against a Toolshed (tools live, in-process or a remote server), reward each episode with
 `compute_score`, normalise rewards within each group, and take one clipped policy-gradient step on the
 model's own tokens, with a KL penalty to the starting (SFT) model. The trainer never sees tool internals:
-it reads the token-exact episodes the `TracingPolicy` recorded and the rollout's scores.
+it reads the token-exact episodes the recording `HFPolicy` sampled (a step's episodes generated together,
+in batches) and the rollout's scores.
 
 Shapes: `B = prompts_per_step * group_size` episodes per step, each `(1, T_i)` tokens (processed one at a
 time, so no padding); `rewards (B,)`, `advantages (B,)`; `logp`, `old_logp`, `ref_logp`, `mask (1, T_i)`.
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from spacetools.agent.policies.hf import HFPolicy
 from spacetools.agent.rollout import run_episodes
 from spacetools.agent.types import Trajectory
 from spacetools.bench.dataset import episode_input, load_samples
@@ -40,9 +42,8 @@ from spacetools.train.checkpoint import (
     truncate_metrics,
 )
 from spacetools.train.config import GRPOConfig, record_config
-from spacetools.train.episodes import forward_logprobs
+from spacetools.train.episodes import forward_logprobs, recorded_example
 from spacetools.train.objectives import group_advantages, grpo_loss
-from spacetools.train.sampler import TracingPolicy
 
 CHECKPOINT_DIR = "checkpoint"
 Progress = Callable[[int, int, dict[str, Any]], None]
@@ -134,11 +135,19 @@ async def _train_grpo(
     metrics_path = config.out / METRICS_FILE
     truncate_metrics(metrics_path, start_step)
     # The turn and episode token limits reach the policy through the rollout (`EpisodeState.max_new_tokens`).
-    policy = TracingPolicy(model, processor, temperature=config.temperature, device=config.device)
+    policy = HFPolicy(
+        model,
+        processor,
+        name=f"hf:{config.model.name}",
+        temperature=config.temperature,
+        batch_size=config.generation_batch_size,
+        record=True,
+    )
     n = config.group_size
 
     async with contextlib.AsyncExitStack() as stack:
         provider = tools if tools is not None else await stack.enter_async_context(connect(config.tools))
+        stack.push_async_callback(policy.aclose)  # its batching task ends with this event loop's work
         with metrics_path.open("a", encoding="utf-8") as metrics:
             batches = step_batches(
                 config.seed, len(samples), config.prompts_per_step, start_step, config.steps
@@ -153,6 +162,7 @@ async def _train_grpo(
                 policy.seed = config.seed * 1_000_003 + step
                 policy.reset_stats()
                 trajectories = await run_episodes(policy, provider, inputs, config=config.rollout)
+                sampling = policy.stats()
                 generated = time.perf_counter()
 
                 # 2. Reward and advantages: rewards (B,) -> advantages (B,), normalised within each group.
@@ -161,7 +171,7 @@ async def _train_grpo(
 
                 # 3. One policy-gradient step, token-mean over the batch, one episode at a time.
                 model.train()
-                examples = [policy.example(t.task_id) for t in trajectories]
+                examples = [recorded_example(policy.recorded(t.task_id)) for t in trajectories]
                 tokens = sum(int(e.mask.sum()) for e in examples)
                 kl = clip = policy_loss = drift = 0.0
                 for example, advantage in zip(examples, advantages, strict=True):
@@ -209,7 +219,7 @@ async def _train_grpo(
                     **step_metrics(trajectories, rewards, n),
                     "policy_loss": policy_loss,
                     "kl": kl,
-                    "entropy": policy.entropy,
+                    "entropy": sampling["entropy"],
                     "clip_fraction": clip,
                     "ratio_drift": drift,  # max |log ratio| before the update (0 when on-policy)
                     "grad_norm": float(grad_norm),
@@ -217,7 +227,11 @@ async def _train_grpo(
                     "generation_s": generated - started,
                     "update_s": updated - generated,
                     **throughput(
-                        len(trajectories), tokens, generated - started, updated - started, policy.busy_s
+                        len(trajectories),
+                        tokens,
+                        generated - started,
+                        updated - started,
+                        sampling["generate_s"],
                     ),
                 }
                 metrics.write(json.dumps(row) + "\n")

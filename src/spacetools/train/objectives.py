@@ -25,15 +25,6 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(picked, (1, 0))
 
 
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of each next-token distribution: `(..., V) -> (...)` (the policy's spread as it samples).
-
-    Tokens the sampler suppressed (logit -inf) have probability 0 and add 0, not NaN.
-    """
-    entropy: torch.Tensor = torch.special.entr(torch.softmax(logits.float(), dim=-1)).sum(-1)
-    return entropy
-
-
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `values (B, T)` over the tokens where `mask (B, T)` is 1 (0 when the mask is empty)."""
     mask = mask.to(values.dtype)

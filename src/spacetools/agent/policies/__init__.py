@@ -10,11 +10,11 @@ from typing import Any
 
 from spacetools.agent.types import Policy
 
-# name -> (module, class); modules are imported only when their policy is asked for.
+# name -> (module, class or factory); modules are imported only when their policy is asked for.
 POLICIES: dict[str, tuple[str, str]] = {
     "scripted": ("spacetools.agent.policies.scripted", "ScriptedPolicy"),
     "openai": ("spacetools.agent.policies.openai", "OpenAIPolicy"),
-    "hf": ("spacetools.agent.policies.hf", "HFPolicy"),
+    "hf": ("spacetools.agent.policies.hf", "load_hf_policy"),
     "replay": ("spacetools.agent.policies.replay", "ReplayPolicy"),
     "robot_scripted": ("spacetools.agent.policies.robot_expert", "RobotExpertPolicy"),
 }
@@ -23,11 +23,12 @@ POLICIES: dict[str, tuple[str, str]] = {
 def make_policy(name: str, **options: Any) -> Policy:
     """Build the policy called ``name`` (one of :data:`POLICIES`) with its keyword options."""
     try:
-        module_name, class_name = POLICIES[name]
+        module_name, factory_name = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}") from None
-    policy_cls = getattr(importlib.import_module(module_name), class_name)
-    return policy_cls(**options)
+    factory = getattr(importlib.import_module(module_name), factory_name)
+    policy: Policy = factory(**options)
+    return policy
 
 
 __all__ = ["POLICIES", "make_policy"]

@@ -1,17 +1,25 @@
 """The ``hf`` policy: a local transformers model (a VLM such as Qwen2.5-VL, or a text-only causal LM such as
-SmolLM2, whose images go to the tools only) with batched generation.
+SmolLM2, whose images go to the tools only) with batched generation, for evaluation and for training.
 
 Many episodes call :meth:`HFPolicy.act` at once; a background task gathers their prompts into one
-left-padded ``generate`` call that runs in a worker thread, so the event loop (and the Toolshed calls
-of the other episodes) keeps running meanwhile. torch and transformers are imported only when a
-policy is built, so the rest of the package imports without them.
+left-padded ``generate`` call that runs in a worker thread, so the event loop (and the Toolshed calls of
+the other episodes) keeps running meanwhile. Each turn samples from its own seed (the policy's ``seed``,
+the episode id, the turn; see :mod:`~spacetools.agent.policies.generation`), so an episode's tokens do
+not depend on which episodes share its batch or on the order they reach the model.
+
+With ``record=True`` (what GRPO samples with) every episode grows its own token-exact
+:class:`~spacetools.agent.tokens.ChatTrace`: the context as the chat template renders it, the sampled ids
+as they are, with the log-probabilities they were sampled with, so the trainer reads the exact ids the
+model produced instead of re-tokenising the text. Episodes are keyed by task id: run the n samples of a
+GRPO group as tasks with distinct ids. torch and transformers are imported only when a model is loaded,
+so the rest of the package imports without them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +29,21 @@ import numpy as np
 from PIL import Image
 
 from spacetools.agent.chat import TOOL_RESPONSE_OPEN, to_chat_messages
+from spacetools.agent.policies.generation import (
+    Row,
+    Sampled,
+    end_token_ids,
+    generate_rows,
+    generation_config,
+    vision_token_ids,
+)
+from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer, TokenTrace
 from spacetools.kit import imagecodec
-from spacetools.kit.loading import load_processor, load_vlm
+from spacetools.kit.loading import DTYPES, load_processor, load_vlm
 from spacetools.kit.textonly import TEXT_ONLY_NOTE, has_vision, image_note
 
 if TYPE_CHECKING:
     from spacetools.agent.types import EpisodeState
-
-_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def template_renders_tool_role(chat_template: str) -> bool:
@@ -36,30 +51,48 @@ def template_renders_tool_role(chat_template: str) -> bool:
     return TOOL_RESPONSE_OPEN in chat_template
 
 
-def convert_messages(
-    messages: list[dict[str, Any]], images: list[np.ndarray], *, native_tool_role: bool, vision: bool = True
-) -> tuple[list[dict[str, Any]], list[Image.Image]]:
-    """An episode's chat as a processor conversation and its images in prompt order.
+@dataclass(frozen=True)
+class ChatFormat:
+    """How a model's processor wants an episode's chat: ``tool`` messages kept for a template that renders
+    them (else gathered into ``user`` turns of ``<tool_response>`` blocks), images as pictures or, for a
+    text-only model, as ``[image N]`` notes."""
 
-    Image parts become ``{"type": "image"}`` placeholders and their pictures are listed in the order
-    the placeholders appear, so placeholders and pixels line up (see
-    :func:`spacetools.agent.chat.to_chat_messages` for the tool messages). Without ``vision`` (a
-    text-only model) an image part becomes the note ``[image N]``, no picture is listed, and the system
-    message says that only the tools see the images.
-    """
-    ordered_images: list[Image.Image] = []
+    native_tool_role: bool
+    vision: bool = True
 
-    def image_part(index: int) -> dict[str, Any]:
-        if not vision:
-            return {"type": "text", "text": image_note(index)}
-        try:
-            ordered_images.append(Image.fromarray(imagecodec.check_rgb(images[index])))
-        except ValueError as error:
-            raise ValueError(f"image {index}: {error}") from None
-        return {"type": "image"}
+    @classmethod
+    def of(cls, processor: Any) -> ChatFormat:
+        chat_template = processor.chat_template or processor.tokenizer.chat_template
+        if not chat_template:
+            raise ValueError("the model has no chat template")
+        return cls(template_renders_tool_role(str(chat_template)), has_vision(processor))
 
-    conversation = to_chat_messages(messages, len(images), image_part, native_tool_role=native_tool_role)
-    return (conversation if vision else with_text_only_note(conversation)), ordered_images
+    def convert(
+        self, messages: list[dict[str, Any]], images: list[np.ndarray]
+    ) -> tuple[list[dict[str, Any]], list[Image.Image]]:
+        """An episode's chat as a processor conversation and its images in prompt order.
+
+        Image parts become ``{"type": "image"}`` placeholders and their pictures are listed in the order
+        the placeholders appear, so placeholders and pixels line up (see
+        :func:`spacetools.agent.chat.to_chat_messages` for the tool messages). Without ``vision`` an image
+        part becomes the note ``[image N]``, no picture is listed, and the system message says that only
+        the tools see the images.
+        """
+        ordered_images: list[Image.Image] = []
+
+        def image_part(index: int) -> dict[str, Any]:
+            if not self.vision:
+                return {"type": "text", "text": image_note(index)}
+            try:
+                ordered_images.append(Image.fromarray(imagecodec.check_rgb(images[index])))
+            except ValueError as error:
+                raise ValueError(f"image {index}: {error}") from None
+            return {"type": "image"}
+
+        conversation = to_chat_messages(
+            messages, len(images), image_part, native_tool_role=self.native_tool_role
+        )
+        return (conversation if self.vision else with_text_only_note(conversation)), ordered_images
 
 
 def with_text_only_note(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -75,11 +108,27 @@ def with_text_only_note(conversation: list[dict[str, Any]]) -> list[dict[str, An
 
 
 @dataclass
+class RecordedEpisode:
+    """One episode as the model saw and wrote it: its token trace and its images' pixel inputs, in order."""
+
+    chat: ChatTrace
+    tokenizer: ProcessorTokenizer
+    images_seen: int  # conversation images already handed to the tokenizer
+    messages_seen: int  # chat messages already in the trace
+
+    @property
+    def trace(self) -> TokenTrace:
+        return self.chat.trace
+
+    @property
+    def vision(self) -> list[dict[str, Any]]:
+        return self.tokenizer.vision_inputs
+
+
+@dataclass
 class _Request:
-    prompt: str
-    images: list[Image.Image]
-    max_new_tokens: int
-    future: asyncio.Future[tuple[str, int]]  # the turn's text and its token count
+    row: Row
+    future: asyncio.Future[Sampled]
 
 
 @dataclass
@@ -92,81 +141,126 @@ class _Batcher:
     worker: asyncio.Task[None] | None = None
 
 
+@dataclass
+class _Stats:
+    requests: int = 0
+    batches: int = 0
+    max_batch: int = 0
+    new_tokens: int = 0
+    generate_s: float = 0.0  # the model busy generating (the rest of a rollout it waits on tools)
+    entropy_sum: float = 0.0  # summed entropy of the distributions the sampled tokens came from
+
+
 class HFPolicy:
-    """A local Hugging Face VLM or causal LM as a :class:`~spacetools.agent.types.Policy`.
+    """A loaded Hugging Face VLM or causal LM as a :class:`~spacetools.agent.types.Policy`.
 
     Args:
-        model_path: a local directory holding the model, its processor (or tokenizer) files and a chat
-            template; a LoRA adapter's folder loads as its base model with the adapter merged in.
-        device: torch device to run on (``cpu``, ``cuda``, ``cuda:1``…).
-        dtype: ``auto`` (the checkpoint's own), ``float32``, ``float16`` or ``bfloat16``.
+        model: the model, on the device it runs on.
+        processor: its processor (a text-only model's tokenizer as a ``TextProcessor``), with a chat template.
+        name: the policy's name in trajectories and reports.
         max_new_tokens: the longest assistant turn, in tokens, unless the rollout gives a turn its own
             limit (``EpisodeState.max_new_tokens``).
-        temperature: 0 decodes greedily; above 0 samples.
+        temperature: 0 decodes greedily; above 0 samples from softmax(logits / temperature).
         batch_size: the most prompts one ``generate`` call takes.
         batch_wait_ms: how long the first queued prompt waits for others to join its batch.
+        seed: with the episode id and the turn, the seed of each turn's sampling.
+        record: keep each episode's token trace (:meth:`recorded`), sampled from the logits alone: the
+            checkpoint's logit processors (Qwen2.5 Instruct's repetition penalty) are switched off, so a
+            trainer scoring logits / temperature scores what was sampled.
     """
 
     def __init__(
         self,
-        model_path: str,
+        model: Any,
+        processor: Any,
         *,
-        device: str = "cpu",
-        dtype: str = "auto",
+        name: str = "hf",
         max_new_tokens: int = 512,
         temperature: float = 0.0,
         batch_size: int = 8,
         batch_wait_ms: float = 20,
+        seed: int = 0,
+        record: bool = False,
     ) -> None:
-        path = Path(model_path)
-        if not path.is_dir():
-            raise FileNotFoundError(f"hf policy: model directory {model_path!r} does not exist")
-        if dtype not in _DTYPES:
-            raise ValueError(f"hf policy: dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-        if max_new_tokens < 1 or batch_size < 1:
-            raise ValueError("hf policy: max_new_tokens and batch_size must be at least 1")
-        if temperature < 0 or batch_wait_ms < 0:
-            raise ValueError("hf policy: temperature and batch_wait_ms must not be negative")
-
-        self.name = f"hf:{path.name}"
+        _check_settings(max_new_tokens, temperature, batch_size, batch_wait_ms)
+        if record and temperature == 0:
+            raise ValueError(
+                "hf policy: recording needs a temperature above 0 (greedy tokens have no logprobs)"
+            )
+        self.name = name
+        self.model = model
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.format = ChatFormat.of(processor)
+        self.vision = self.format.vision
+        self.temperature = temperature
         self.batch_size = batch_size
         self.batch_wait_s = batch_wait_ms / 1000
-        self.processor = load_processor(path)
-        self.vision = has_vision(self.processor)
-        self.tokenizer = self.processor.tokenizer
-        # Decoder-only batches must be padded on the left so every prompt ends where generation starts.
-        self.tokenizer.padding_side = "left"
-        chat_template = self.processor.chat_template or self.tokenizer.chat_template
-        if not chat_template:
-            raise ValueError(f"hf policy: {model_path!r} has no chat template")
-        self.native_tool_role = template_renders_tool_role(chat_template)
-
-        self.model: Any = load_vlm(path, device=device, dtype=dtype)
-        self.generation_config = _generation_config(self.model, self.tokenizer, max_new_tokens, temperature)
-
+        self.seed = seed
+        self.record = record
+        self.generation_config = generation_config(model, self.tokenizer, max_new_tokens, neutral=record)
+        self.ends = end_token_ids(self.generation_config, self.tokenizer)
+        self.blocked = vision_token_ids(self.tokenizer)  # never sampled: the processor writes pixels
+        self._episodes: dict[str, RecordedEpisode] = {}
         self._batcher: _Batcher | None = None
-        self._stats = {"requests": 0, "batches": 0, "max_batch": 0, "new_tokens": 0, "generate_s": 0.0}
+        self._stats = _Stats()
 
     async def act(self, state: EpisodeState) -> str:
         """Queue this episode's prompt for the next batch and return the generated assistant turn (its
         tokens are added to ``state.model_tokens``)."""
-        conversation, images = convert_messages(
-            state.messages, state.images, native_tool_role=self.native_tool_role, vision=self.vision
-        )
-        prompt = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-        batcher = self._current_batcher()
+        conversation, images = self.format.convert(state.messages, state.images)
+        seed = zlib.crc32(f"{self.seed}/{state.task.id}/{state.turn}".encode())
         limit = state.max_new_tokens or self.generation_config.max_new_tokens
-        request = _Request(prompt, images, limit, batcher.loop.create_future())
-        batcher.pending.append(request)
-        batcher.arrived.set()
-        text, tokens = await request.future
-        state.model_tokens += tokens
+        if not self.record:
+            tokenizer = ProcessorTokenizer(self.processor, images)
+            prompt = self.processor.apply_chat_template(
+                conversation, add_generation_prompt=True, tokenize=False
+            )
+            sampled = await self._queue(Row(tokenizer.encode(prompt), tokenizer.vision_inputs, seed, limit))
+            state.model_tokens += len(sampled.ids)
+            return str(self.tokenizer.decode(sampled.ids, skip_special_tokens=True))
+        episode = self._episodes.get(state.task.id)
+        if episode is None:
+            tokenizer = ProcessorTokenizer(self.processor, images)
+            episode = RecordedEpisode(
+                ChatTrace(tokenizer, conversation), tokenizer, len(images), len(conversation)
+            )
+            self._episodes[state.task.id] = episode
+        else:
+            episode.tokenizer.add_images(images[episode.images_seen :])
+            episode.chat.add_messages(conversation[episode.messages_seen :])
+            episode.images_seen = len(images)
+        sampled = await self._queue(Row(list(episode.trace.ids), list(episode.vision), seed, limit))
+        assert sampled.logprobs is not None  # recording samples (temperature > 0)
+        state.model_tokens += len(sampled.ids)
+        text = episode.chat.add_generation(sampled.ids, sampled.logprobs)
+        episode.messages_seen = len(conversation) + 1  # the conversation so far and the turn just sampled
         return text
 
+    def recorded(self, episode_id: str) -> RecordedEpisode:
+        """The recorded episode (``record=True``): ids, mask, sampling log-probabilities and pixels."""
+        return self._episodes[episode_id]
+
+    def forget(self) -> None:
+        """Drop the recorded episodes (after a training step has used them)."""
+        self._episodes.clear()
+
     def stats(self) -> dict[str, float]:
-        """Requests served, ``generate`` calls (batches), batch sizes, new tokens and generation time."""
-        batches = self._stats["batches"]
-        return {**self._stats, "mean_batch": self._stats["requests"] / batches if batches else 0.0}
+        """Requests served, ``generate`` calls (batches) and their sizes, new tokens, generation time and the
+        mean entropy per sampled token (temperature applied), since :meth:`reset_stats`."""
+        stats = self._stats
+        return {
+            "requests": stats.requests,
+            "batches": stats.batches,
+            "max_batch": stats.max_batch,
+            "mean_batch": stats.requests / stats.batches if stats.batches else 0.0,
+            "new_tokens": stats.new_tokens,
+            "generate_s": stats.generate_s,
+            "entropy": stats.entropy_sum / stats.new_tokens if stats.new_tokens else 0.0,
+        }
+
+    def reset_stats(self) -> None:
+        self._stats = _Stats()
 
     async def aclose(self) -> None:
         """Stop the background batching task (queued requests are cancelled)."""
@@ -177,6 +271,13 @@ class HFPolicy:
         for request in batcher.pending:
             request.future.cancel()
         await asyncio.gather(batcher.worker, return_exceptions=True)
+
+    async def _queue(self, row: Row) -> Sampled:
+        batcher = self._current_batcher()
+        request = _Request(row, batcher.loop.create_future())
+        batcher.pending.append(request)
+        batcher.arrived.set()
+        return await request.future
 
     def _current_batcher(self) -> _Batcher:
         # A policy may outlive one event loop (each asyncio.run is a new loop); queues belong to a loop.
@@ -209,7 +310,7 @@ class HFPolicy:
             if not batch:
                 continue
             try:
-                turns = await asyncio.to_thread(self._generate, batch)
+                results = await asyncio.to_thread(self._generate, [request.row for request in batch])
             except asyncio.CancelledError:
                 # Closing mid-generation must not leave these callers waiting forever.
                 for request in batch:
@@ -220,70 +321,70 @@ class HFPolicy:
                     if not request.future.done():
                         request.future.set_exception(error)
             else:
-                for request, turn in zip(batch, turns, strict=True):
+                for request, result in zip(batch, results, strict=True):
                     if not request.future.done():
-                        request.future.set_result(turn)
+                        request.future.set_result(result)
 
-    def _generate(self, batch: list[_Request]) -> list[tuple[str, int]]:
-        """One left-padded ``generate`` over the batch (runs in a worker thread), as long as its longest
-        turn may be; each turn's new tokens, cut at its own limit, decoded, with their count."""
-        import torch
-
-        images = [image for request in batch for image in request.images]
-        inputs = self.processor(
-            text=[request.prompt for request in batch],
-            images=images or None,
-            padding=True,
-            return_tensors="pt",
-        ).to(self.model.device)
+    def _generate(self, rows: list[Row]) -> list[Sampled]:
+        """One batched ``generate`` (runs in a worker thread)."""
         started = time.perf_counter()
-        with torch.inference_mode():
-            output = self.model.generate(
-                **inputs,
-                generation_config=self.generation_config,
-                max_new_tokens=max(request.max_new_tokens for request in batch),
-            )
-        new_tokens = output[:, inputs["input_ids"].shape[1] :].tolist()
-        self._stats["generate_s"] += time.perf_counter() - started
-        self._stats["batches"] += 1
-        self._stats["requests"] += len(batch)
-        self._stats["max_batch"] = max(self._stats["max_batch"], len(batch))
-        stops = _stop_ids(self.generation_config)
-        turns = []
-        for request, row in zip(batch, new_tokens, strict=True):
-            ids = row[: _turn_length(row[: request.max_new_tokens], stops)]
-            turns.append((self.tokenizer.decode(ids, skip_special_tokens=True), len(ids)))
-        self._stats["new_tokens"] += sum(tokens for _, tokens in turns)
-        return turns
+        sampled = generate_rows(
+            self.model,
+            rows,
+            self.generation_config,
+            temperature=self.temperature,
+            blocked=self.blocked,
+            ends=self.ends,
+        )
+        stats = self._stats
+        stats.generate_s += time.perf_counter() - started
+        stats.batches += 1
+        stats.requests += len(rows)
+        stats.max_batch = max(stats.max_batch, len(rows))
+        stats.new_tokens += sum(len(result.ids) for result in sampled)
+        stats.entropy_sum += sum(result.entropy for result in sampled)
+        return sampled
 
 
-def _stop_ids(generation_config: Any) -> set[int]:
-    """The ids that end a generated turn: the end-of-sequence token(s) and the padding after them."""
-    eos = generation_config.eos_token_id
-    ends = set(eos) if isinstance(eos, list) else ({eos} if eos is not None else set())
-    return ends | {generation_config.pad_token_id}
+def _check_settings(max_new_tokens: int, temperature: float, batch_size: int, batch_wait_ms: float) -> None:
+    if max_new_tokens < 1 or batch_size < 1:
+        raise ValueError("hf policy: max_new_tokens and batch_size must be at least 1")
+    if temperature < 0 or batch_wait_ms < 0:
+        raise ValueError("hf policy: temperature and batch_wait_ms must not be negative")
 
 
-def _turn_length(row: list[int], stops: set[int]) -> int:
-    """The tokens the model wrote in one generated row: up to its first end token, that one included."""
-    for position, token in enumerate(row):
-        if token in stops:
-            return position + 1
-    return len(row)
+def load_hf_policy(
+    model_path: str,
+    *,
+    device: str = "cpu",
+    dtype: str = "auto",
+    max_new_tokens: int = 512,
+    temperature: float = 0.0,
+    batch_size: int = 8,
+    batch_wait_ms: float = 20,
+    seed: int = 0,
+) -> HFPolicy:
+    """The ``hf`` policy on a local model folder (the model, its processor or tokenizer files and a chat
+    template); a LoRA adapter's folder loads as its base model with the adapter merged in.
 
-
-def _generation_config(model: Any, tokenizer: Any, max_new_tokens: int, temperature: float) -> Any:
-    """The checkpoint's generation settings with our length, decoding mode and a pad token."""
-    config = copy.deepcopy(model.generation_config)
-    config.max_new_tokens = max_new_tokens
-    config.do_sample = temperature > 0
-    if config.do_sample:
-        config.temperature = temperature
-    else:
-        # Greedy decoding ignores these; clearing them keeps transformers from warning on every call.
-        config.temperature = config.top_p = config.top_k = None
-    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad_token_id is None:
-        raise ValueError("hf policy: the tokenizer has neither a pad nor an end-of-sequence token")
-    config.pad_token_id = pad_token_id
-    return config
+    ``device``: the torch device to run on (``cpu``, ``cuda``, ``cuda:1``…); ``dtype``: ``auto`` (the
+    checkpoint's own), ``float32``, ``float16`` or ``bfloat16``; the rest as :class:`HFPolicy` takes them.
+    """
+    path = Path(model_path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"hf policy: model directory {model_path!r} does not exist")
+    if dtype not in DTYPES:
+        raise ValueError(f"hf policy: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    _check_settings(max_new_tokens, temperature, batch_size, batch_wait_ms)
+    processor = load_processor(path)
+    model = load_vlm(path, device=device, dtype=dtype)
+    return HFPolicy(
+        model,
+        processor,
+        name=f"hf:{path.name}",
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        batch_size=batch_size,
+        batch_wait_ms=batch_wait_ms,
+        seed=seed,
+    )

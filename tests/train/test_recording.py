@@ -1,4 +1,5 @@
-"""A training policy records its episodes token-exactly: the model scores its own sampled ids as it sampled them."""
+"""The recording `hf` policy keeps its episodes token-exactly: the trainer scores the sampled ids as they were
+sampled, and an episode samples the same tokens whichever episodes share its batch."""
 
 from __future__ import annotations
 
@@ -18,34 +19,41 @@ from tiny_qwen import build_tiny_qwen25_vl
 
 torch = pytest.importorskip("torch")
 
+from spacetools.agent.policies.hf import HFPolicy  # noqa: E402
 from spacetools.kit.loading import load_processor  # noqa: E402
-from spacetools.train.episodes import forward_logprobs  # noqa: E402
-from spacetools.train.sampler import TracingPolicy  # noqa: E402
+from spacetools.train.episodes import Example, forward_logprobs, recorded_example  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> TracingPolicy:
+def policy(tmp_path_factory: pytest.TempPathFactory) -> HFPolicy:
     from transformers import AutoModelForImageTextToText
 
     directory: Path = tmp_path_factory.mktemp("tiny-qwen")
     build_tiny_qwen25_vl(directory)
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_pretrained(directory, local_files_only=True).eval()
-    return TracingPolicy(model, load_processor(directory), max_new_tokens=12)
+    return HFPolicy(model, load_processor(directory), temperature=1.0, max_new_tokens=12, record=True)
 
 
-def _run(policy: TracingPolicy, ids: list[str]) -> list[object]:
+def _recorded(policy: HFPolicy, episode_id: str) -> Example:
+    return recorded_example(policy.recorded(episode_id))
+
+
+def _run(policy: HFPolicy, ids: list[str], concurrency: int = 2) -> list[object]:
     image = np.full((56, 56, 3), 120, np.uint8)
     tasks = [
         Task(id=i, data_source="robospatial", question="Is the mug left of the bowl?", images=[image])
         for i in ids
     ]
     # A random model rarely calls a tool: being told to go on gives every episode three sampled turns.
-    config = RolloutConfig(max_turns=3, feedback_on_no_answer=True, concurrency=2)
+    config = RolloutConfig(max_turns=3, feedback_on_no_answer=True, concurrency=concurrency)
 
     async def go() -> list[object]:
         async with Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")]) as shed:
-            return list(await run_episodes(policy, shed, tasks, config=config))
+            try:
+                return list(await run_episodes(policy, shed, tasks, config=config))
+            finally:
+                await policy.aclose()
 
     return asyncio.run(go())
 
@@ -64,17 +72,18 @@ def _sampled_turns(example: object) -> list[list[int]]:
 
 
 def test_recorded_ids_are_what_the_model_sampled_with_the_logprobs_it_sampled_them_with(
-    policy: TracingPolicy,
+    policy: HFPolicy,
 ) -> None:
     policy.reset_stats()
     trajectories = _run(policy, ["a#0", "a#1"])
-    sampled = sum(int(policy.example(t.task_id).mask.sum()) for t in trajectories)  # type: ignore[attr-defined]
+    sampled = sum(int(_recorded(policy, t.task_id).mask.sum()) for t in trajectories)  # type: ignore[attr-defined]
+    stats = policy.stats()
     # Every sampled token's distribution counted once; a random tiny model is far from certain.
-    assert policy.sampled_tokens == sampled and 0.5 < policy.entropy <= math.log(
-        len(policy.processor.tokenizer)
-    )
+    assert stats["new_tokens"] == sampled
+    assert 0.5 < stats["entropy"] <= math.log(len(policy.processor.tokenizer))
+    assert stats["max_batch"] == 2  # the two episodes' turns share each generate call
     for trajectory in trajectories:
-        example = policy.example(trajectory.task_id)  # type: ignore[attr-defined]
+        example = _recorded(policy, trajectory.task_id)  # type: ignore[attr-defined]
         model_turns = [m["content"] for m in trajectory.messages if m["role"] == "assistant"]  # type: ignore[attr-defined]
         assert len(model_turns) == 3
         tokenizer = policy.processor.tokenizer
@@ -91,23 +100,44 @@ def test_recorded_ids_are_what_the_model_sampled_with_the_logprobs_it_sampled_th
         assert not set(example.ids[mask].tolist()) & set(policy.blocked)  # pixels are never written
     policy.forget()
     with pytest.raises(KeyError):
-        policy.example("a#0")
+        policy.recorded("a#0")
+
+
+def test_an_episode_samples_the_same_tokens_whichever_episodes_share_its_batch(policy: HFPolicy) -> None:
+    together = _run(policy, ["b#0", "b#1", "b#2"], concurrency=3)
+    assert policy.stats()["max_batch"] == 3
+    batched = {t.task_id: _recorded(policy, t.task_id) for t in together}  # type: ignore[attr-defined]
+    alone = HFPolicy(
+        policy.model, policy.processor, temperature=1.0, max_new_tokens=12, batch_size=1, record=True
+    )
+    _run(alone, ["b#2", "b#1"])  # other company, other order, one episode per generate call
+    assert alone.stats()["max_batch"] == 1
+    for episode_id in ("b#1", "b#2"):
+        single = _recorded(alone, episode_id)
+        assert single.ids.tolist() == batched[episode_id].ids.tolist()
+        assert single.logprobs is not None and batched[episode_id].logprobs is not None
+        # Left padding in a batch moves the logits by float rounding at most.
+        assert torch.allclose(single.logprobs, batched[episode_id].logprobs, atol=1e-5)
+    assert batched["b#0"].ids.tolist() != batched["b#1"].ids.tolist()  # each episode its own seed
 
 
 @pytest.fixture(scope="module")
 def penalised_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model saved with Qwen2.5 Instruct's `repetition_penalty: 1.05` in its generation_config."""
+    """The tiny model saved with Qwen2.5-VL Instruct's generation_config (a repetition penalty, near-greedy
+    top-k and top-p) plus a min-p."""
     from transformers import GenerationConfig
 
     directory: Path = tmp_path_factory.mktemp("tiny-qwen-penalty")
     build_tiny_qwen25_vl(directory)
-    GenerationConfig(repetition_penalty=1.05, do_sample=True, temperature=0.7).save_pretrained(directory)
+    GenerationConfig(
+        repetition_penalty=1.05, do_sample=True, temperature=0.1, top_k=1, top_p=0.001, min_p=0.05
+    ).save_pretrained(directory)
     return directory
 
 
 @pytest.mark.parametrize(("temperature", "penalised"), [(0.7, False), (1.3, False), (0.7, True)])
 def test_the_trainer_scores_the_distribution_the_sampler_sampled_from(
-    policy: TracingPolicy, penalised_model: Path, temperature: float, penalised: bool
+    policy: HFPolicy, penalised_model: Path, temperature: float, penalised: bool
 ) -> None:
     from transformers import AutoModelForImageTextToText
 
@@ -115,10 +145,11 @@ def test_the_trainer_scores_the_distribution_the_sampler_sampled_from(
     if penalised:
         model = AutoModelForImageTextToText.from_pretrained(penalised_model, local_files_only=True).eval()
         assert model.generation_config.repetition_penalty == 1.05
-    sampler = TracingPolicy(model, policy.processor, temperature=temperature, max_new_tokens=12)
+    sampler = HFPolicy(model, policy.processor, temperature=temperature, max_new_tokens=12, record=True)
     trajectories = _run(sampler, [f"t{temperature}{penalised}#0", f"t{temperature}{penalised}#1"])
+    assert sampler.stats()["max_batch"] == 2  # scored one by one, sampled in a batch
     for trajectory in trajectories:
-        example = sampler.example(trajectory.task_id)  # type: ignore[attr-defined]
+        example = _recorded(sampler, trajectory.task_id)  # type: ignore[attr-defined]
         with torch.no_grad():
             rescored = forward_logprobs(model, example, "cpu", sampler.blocked, temperature=temperature)[0]
         mask = example.mask.bool()
@@ -132,13 +163,14 @@ def test_a_checkpoint_processor_the_trainer_cannot_score_is_refused(penalised_mo
     from transformers import AutoModelForImageTextToText
 
     model = AutoModelForImageTextToText.from_pretrained(penalised_model, local_files_only=True)
-    model.generation_config.min_p = 0.05
-    with pytest.raises(ValueError, match="min_p"):
-        TracingPolicy(model, load_processor(penalised_model))
+    model.generation_config.min_new_tokens = 4
+    with pytest.raises(ValueError, match="min_new_tokens"):
+        HFPolicy(model, load_processor(penalised_model), temperature=1.0, record=True)
+    HFPolicy(model, load_processor(penalised_model))  # evaluation decodes as the checkpoint asks
 
 
 def test_the_rollout_s_token_limits_bound_the_sampled_turns_and_the_count_is_the_trace_s(
-    policy: TracingPolicy,
+    policy: HFPolicy,
 ) -> None:
     image = np.full((56, 56, 3), 120, np.uint8)
     tasks = [
@@ -149,10 +181,13 @@ def test_the_rollout_s_token_limits_bound_the_sampled_turns_and_the_count_is_the
 
     async def go() -> list[object]:
         async with Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")]) as shed:
-            return list(await run_episodes(policy, shed, tasks, config=config))
+            try:
+                return list(await run_episodes(policy, shed, tasks, config=config))
+            finally:
+                await policy.aclose()
 
     for trajectory in asyncio.run(go()):
-        example = policy.example(trajectory.task_id)  # type: ignore[attr-defined]
+        example = _recorded(policy, trajectory.task_id)  # type: ignore[attr-defined]
         turns = _sampled_turns(example)
         assert all(1 <= len(turn) <= 5 for turn in turns)
         tokens = trajectory.stats["model_tokens"]  # type: ignore[attr-defined]
