@@ -309,6 +309,9 @@ class DIRLConfig(BaseModel):
     ablation_eval_limit: PositiveInt | None = Field(
         None, description="questions per benchmark for the untrained and without-stage-1 evaluations"
     )
+    second_eval_limit: PositiveInt | None = Field(
+        None, description="questions per benchmark on the second held-out set (default: eval_limit)"
+    )
     seed: int = Field(0, ge=0, description="the data mix's and every training stage's")
     device: str = "cpu"
     turn_check: bool = Field(

@@ -161,12 +161,13 @@ class DIRLRun:
         await self.stage("traces_mix", self._mix)
         await self.stage("sft", self._sft)
         # Each model is evaluated as soon as it exists, on every held-out set; the untrained base last.
+        second_limit = config.second_eval_limit or config.eval_limit
         await self.stage("eval_sft", lambda folder: self._evaluate(self.stage_dir("sft") / "model", folder))
         if config.data.second_eval_seed is not None:
             await self.stage(
                 "eval_sft_2",
                 lambda folder: self._evaluate(
-                    self.stage_dir("sft") / "model", folder, data=self.second_eval_data
+                    self.stage_dir("sft") / "model", folder, data=self.second_eval_data, limit=second_limit
                 ),
             )
         await self.stage("grpo", self._grpo)
@@ -175,7 +176,7 @@ class DIRLRun:
             await self.stage(
                 "eval_dirl_2",
                 lambda folder: self._evaluate(
-                    self.stage_dir("grpo") / "model", folder, data=self.second_eval_data
+                    self.stage_dir("grpo") / "model", folder, data=self.second_eval_data, limit=second_limit
                 ),
             )
         await self.stage(
@@ -293,7 +294,10 @@ class DIRLRun:
     ) -> None:
         from spacetools.agent.policies.hf import load_hf_policy
 
-        policy = load_hf_policy(str(model), device=self.config.device)
+        # One generate call takes every episode in flight.
+        policy = load_hf_policy(
+            str(model), device=self.config.device, batch_size=self.config.rollout.concurrency
+        )
         config = EvalConfig(
             data=data or self.eval_data,
             out=folder,
