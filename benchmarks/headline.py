@@ -258,7 +258,7 @@ def table(results: list[tuple[list[Row], dict[str, Any], Any]], note: str | None
                 f"| `{where['command']}` | {where['date']}, {where['load']:g} |"
             )
     total = sum(where["seconds"] for _, where, _report in results)
-    footer = f"\n`make bench` ({total // 60} min {total % 60} s on {os.cpu_count()} cores)."
+    footer = f"\n\n`make bench` ({total // 60} min {total % 60} s on {os.cpu_count()} cores)."
     return "\n".join(lines) + footer + (f" {note}" if note else "")
 
 
