@@ -27,7 +27,7 @@ import numpy as np
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path[:0] = [str(Path(__file__).parents[1]), str(Path(__file__).parents[1] / "tests")]
 
-from spacetools.tools.definition import Tool, ToolContext, invoke_tool_method  # noqa: E402
+from spacetools.kit.definition import Tool, ToolContext, invoke_tool_method  # noqa: E402
 from spacetools.toolshed import ToolDeployment, Toolshed  # noqa: E402
 
 IMAGE_SHAPE = (120, 160, 3)

@@ -18,13 +18,14 @@ import httpx
 
 @contextlib.contextmanager
 def server_in_subprocess(
-    code: str, *args: str, startup_s: float = 120.0
+    code: str, *args: str, startup_s: float = 120.0, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Run ``code`` (a server script taking its port first) and yield its URL and process when healthy."""
+    """Run ``code`` (a server script taking its port first) and yield its URL and process when healthy
+    (``env``: the process's environment, default this one's)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-c", code, str(port), *args])
+    process = subprocess.Popen([sys.executable, "-c", code, str(port), *args], env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_s

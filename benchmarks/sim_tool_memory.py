@@ -31,8 +31,8 @@ import numpy as np
 import psutil
 
 from served import server_in_subprocess
+from spacetools.kit import imagecodec
 from spacetools.sim.layout import build_scene
-from spacetools.tools import imagecodec
 
 SIDE = 4096
 RSS_SLACK = 768 * 2**20
@@ -41,6 +41,7 @@ RSS_SLACK = 768 * 2**20
 SERVER = """
 import sys, json, uvicorn
 from spacetools.toolshed import ToolDeployment
+from spacetools.toolshed.admission import server_options
 from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
 from spacetools.toolshed.limits import ServerLimits
 
@@ -52,7 +53,8 @@ deployments = [
     for tool in ("spacetools.tools.pointing:RoboReferTool", "spacetools.tools.segmentation:Sam2Tool")
 ]
 app = create_app(toolshed_for(deployments, limits), limits)
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
+            **server_options(limits.max_connections))
 """
 
 

@@ -17,10 +17,10 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "src")]
 
+from spacetools.kit.loading import load_vlm  # noqa: E402
 from spacetools.train.base_models import get_base_model  # noqa: E402
 from spacetools.train.config import LoraSettings  # noqa: E402
 from spacetools.train.episodes import Example, forward_logprobs  # noqa: E402
-from spacetools.train.trainable import load_for_training  # noqa: E402
 
 TOKENS = 512
 
@@ -34,7 +34,7 @@ def main() -> None:
     example = Example(ids, mask)
     results: dict[str, float] = {"threads": torch.get_num_threads(), "load": os.getloadavg()[0]}
     for trainable in ("full", "last_layers:4", "lora"):
-        model = load_for_training(folder, trainable, LoraSettings(), resume=False, dtype=torch.float32)
+        model = load_vlm(folder, dtype=torch.float32, trainable=trainable, lora=LoraSettings())
         model.train()
         forward_logprobs(model, example, "cpu").sum().backward()  # warm-up
         started = time.perf_counter()

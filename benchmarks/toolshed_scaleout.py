@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from served import server_in_subprocess
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolResult, tool_method
 from spacetools.tools.diagnostics import SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.backends.ray import connect

@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 
 from served import server_in_subprocess
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 
 TIMEOUT_S = 0.5  # the FaultTool's per-call timeout
 QUEUE_WAIT_S = 1.0  # the server's max_queue_wait_s
@@ -44,6 +44,7 @@ SERVER = """
 import sys, uvicorn
 from spacetools.tools.diagnostics import FaultTool
 from spacetools.toolshed import ToolDeployment
+from spacetools.toolshed.admission import server_options
 from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
 from spacetools.toolshed.limits import ServerLimits
 
@@ -53,7 +54,8 @@ limits = ServerLimits(max_sessions=4096, max_total_bytes={cap}, max_session_byte
                       max_queue_wait_s={queue_wait}, max_calls_in_flight=4096)
 deployment = ToolDeployment(tool=FaultTool, backend="process", instances={instances}, timeout_s={timeout})
 app = create_app(toolshed_for([deployment], limits), limits)
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
+            **server_options(limits.max_connections))
 """
 
 

@@ -43,7 +43,8 @@ def synthesized_rows(
         solution = f"<think>Measured with the tools.</think><answer>{answer}</answer>"
         calls = [
             ToolCallRecord("roborefer.detect_one", {"image_index": 0, "obj_name": "object"},
-                           "Detected 1 instance(s): [(0.5, 0.5)]", False, [], 0.05, 1, [1], {"points": [[0.5, 0.5]]}),
+                           "Detected 1 instance(s): [(0.5, 0.5)]", False, [], 0.05, 1, [1], {"points": [[0.5, 0.5]]},
+                           {"points": "points"}),
             ToolCallRecord("sam2.segment_from_point", {"image_index": 0, "point": [0.5, 0.5]},
                            "Segmented object (mask 1).", False, [], 0.08, 2, [2]),
         ]  # fmt: skip

@@ -8,47 +8,85 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "spacetools"
-# Each layer may import the layers listed for it (and itself). `rewards` imports nothing, so that verl
-# can load it as a file; its answer-format parsers are also read by the scripted expert in `agent`.
-# `integrations` (verl, MCP) sits on top: only `cli` imports it.
+# Each layer may import the layers listed for it (and itself). `kit` (the tool framework and model
+# loading) and `rewards` import nothing: every layer builds on kit, and verl loads rewards as a file
+# (its answer-format parsers are also read by the scripted expert in `agent`). The Toolshed serves tools
+# it knows by name only; the evaluation reaches them through it.
 ALLOWED: dict[str, set[str]] = {
-    "sim": set(),
-    "tools": {"sim"},
-    "toolshed": {"sim", "tools"},
-    "agent": {"sim", "tools", "toolshed", "rewards"},
+    "kit": set(),
     "rewards": set(),
-    "bench": {"sim", "tools", "toolshed", "agent", "rewards"},
-    "train": {"sim", "tools", "toolshed", "agent", "rewards", "bench"},
-    "integrations": {"sim", "tools", "toolshed", "agent", "rewards", "bench", "train"},
-    "cli": {"sim", "tools", "toolshed", "agent", "rewards", "bench", "train", "integrations"},
+    "sim": {"kit"},
+    "tools": {"kit", "sim"},
+    "toolshed": {"kit"},
+    "agent": {"kit", "tools", "toolshed", "rewards"},
+    "bench": {"kit", "sim", "toolshed", "agent", "rewards"},
+    "train": {"kit", "tools", "toolshed", "agent", "rewards", "bench"},
+    "integrations": {"kit", "sim", "tools", "toolshed", "agent", "rewards", "bench", "train"},
+    "cli": {"kit", "sim", "tools", "toolshed", "agent", "rewards", "bench", "train", "integrations"},
+}
+# Parts of an allowed layer that a layer still may not import: the agent and the trainers load their
+# model through kit, not through the model-backed tools.
+FORBIDDEN: dict[str, set[str]] = {
+    "agent": {"tools.models"},
+    "train": {"tools.models"},
 }
 
 
-def _imported_layers(path: Path) -> set[str]:
-    layers = set()
+def _imported_modules(path: Path) -> set[str]:
+    """The spacetools modules (or names in them) a file imports, without the `spacetools.` prefix."""
+    modules = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
+            # `from spacetools.tools import models` imports the module spacetools.tools.models.
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
         for name in names:
             parts = name.split(".")
-            if parts[0] == "spacetools" and len(parts) > 1:
-                layers.add(parts[1])
-    return layers
+            # The package root (its `__version__`) is not a layer.
+            if parts[0] == "spacetools" and len(parts) > 1 and (PACKAGE / parts[1]).is_dir():
+                modules.add(".".join(parts[1:]))
+    return modules
+
+
+def _is_within(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def _offending(layer: str, modules: set[str]) -> list[str]:
+    return sorted(
+        module
+        for module in modules
+        if module.split(".")[0] not in ALLOWED[layer] | {layer}
+        or any(_is_within(module, forbidden) for forbidden in FORBIDDEN.get(layer, ()))
+    )
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_layer_imports_only_downward(layer: str) -> None:
     offending = {
-        str(path.relative_to(PACKAGE)): sorted(imported - ALLOWED[layer] - {layer})
+        str(path.relative_to(PACKAGE)): found
         for path in (PACKAGE / layer).rglob("*.py")
-        if (imported := _imported_layers(path)) - ALLOWED[layer] - {layer}
+        if (found := _offending(layer, _imported_modules(path)))
     }
-    assert not offending, f"{layer} imports upward: {offending}"
+    assert not offending, f"{layer} imports what it may not: {offending}"
 
 
 def test_every_layer_is_known() -> None:
     layers = {path.name for path in PACKAGE.iterdir() if path.is_dir() and not path.name.startswith("_")}
     assert layers <= set(ALLOWED), f"unknown layers: {sorted(layers - set(ALLOWED))}"
+
+
+def test_every_forbidden_part_exists() -> None:
+    """A forbidden part that was renamed would forbid nothing."""
+    parts = {part for forbidden in FORBIDDEN.values() for part in forbidden}
+    missing = [part for part in parts if not (PACKAGE / part.replace(".", "/")).is_dir()]
+    assert not missing, f"forbidden parts that are no packages: {missing}"
+
+
+def test_the_rules_catch_a_forbidden_part_and_an_upward_import() -> None:
+    assert _offending("agent", {"tools.models.runtime", "kit.loading"}) == ["tools.models.runtime"]
+    assert _offending("agent", {"tools.models"}) == ["tools.models"]
+    assert _offending("agent", {"tools.modelsx", "sim.world"}) == ["sim.world"]
+    assert _offending("toolshed", {"tools.definition", "kit.definition"}) == ["tools.definition"]

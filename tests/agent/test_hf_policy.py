@@ -202,7 +202,7 @@ def test_smollm2_runs_a_tool_calling_episode_with_live_simulated_tools(tmp_path:
     from spacetools.agent.rollout import RolloutConfig, run_episodes
     from spacetools.bench.evaluate import episode_input, load_samples
     from spacetools.bench.spatialsim.generator import generate_group, write_families
-    from spacetools.tools.models.language import TEXT_ONLY_NOTE
+    from spacetools.kit.textonly import TEXT_ONLY_NOTE
     from spacetools.toolshed.shed import Toolshed
     from spacetools.toolshed.toolsets import with_profile
 

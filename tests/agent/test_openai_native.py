@@ -12,9 +12,9 @@ import pytest
 from spacetools.agent.policies.openai import OpenAIPolicy
 from spacetools.agent.protocol import build_user_message, parse_turn, tool_message
 from spacetools.agent.types import EpisodeState, Task
-from spacetools.tools.definition import ToolSpec
-from spacetools.tools.function_names import FUNCTION_NAME_RE, FunctionNames
-from spacetools.tools.imagecodec import decode as data_url_to_image
+from spacetools.kit.definition import ToolSpec
+from spacetools.kit.function_names import FUNCTION_NAME_RE, FunctionNames
+from spacetools.kit.imagecodec import decode as data_url_to_image
 from spacetools.toolshed import Toolshed
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from spacetools.agent.policies import make_policy
 from spacetools.agent.policies.openai import OpenAIPolicy
 from spacetools.agent.protocol import build_user_message, tool_message
 from spacetools.agent.types import EpisodeState, Task
-from spacetools.tools.imagecodec import decode as data_url_to_image
+from spacetools.kit.imagecodec import decode as data_url_to_image
 
 if TYPE_CHECKING:
     from chat_server import ScriptedChatServer as ChatServer

@@ -21,7 +21,7 @@ from spacetools.agent.protocol import (
     truncate_middle,
     without_thoughts,
 )
-from spacetools.tools.definition import ToolResult, ToolSpec, hermes_tools_block
+from spacetools.kit.definition import ToolResult, ToolSpec, hermes_tools_block
 
 SPECS = [
     ToolSpec(

@@ -23,7 +23,7 @@ from spacetools.agent.types import (
     read_trajectories,
     write_trajectories,
 )
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolResult, tool_method
 from spacetools.tools.diagnostics import EchoTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 

@@ -376,27 +376,39 @@ def crop(x0: int, y0: int, x1: int, y1: int) -> ToolOutcome:
     return result({"box": [x0, y0, x1, y1], "coverage": 80.0})
 
 
+def lifted(depths: list[float]) -> ToolOutcome:
+    """A ``project_2d_points_to_3d`` value: one 3D point per depth (x and y do not matter here)."""
+    return result({"points": [[0.0, 0.0, z] for z in depths]})
+
+
 @pytest.mark.parametrize("template", templates.CVB_3D_DEPTH)
-def test_depth_3d_compares_the_median_depth_over_each_mask(template: str) -> None:
+def test_depth_3d_compares_the_median_depth_around_each_object(template: str) -> None:
     question = templates.with_choices(template.format(a=NAMES[0], b=NAMES[1]), list(NAMES))
     task = make_task("spatialsim_cvb3ddepth", question, choices=list(NAMES))
-    # The mug's nearest-looking pixel sees into its opening (3.0 m), its median is 0.9 m; the box is at 1.0 m.
-    mug = [result(0.9)] * 5 + [result(3.0)] * 3
+    # Three of the mug's readings see into its opening (3.0 m), its median is 0.9 m; the box is at 1.0 m.
+    mug = lifted([0.9] * 6 + [3.0] * 3)
     turns, answer = run_plan(
-        task,
-        [
-            [detected(0.2, 0.2), detected(0.7, 0.8), DEPTH],
-            [SEGMENTED],
-            [crop(6, 9, 19, 19)],
-            [SEGMENTED],
-            [crop(32, 24, 45, 38)],
-            mug + [result(1.0)] * 8,
-        ],
+        task, [[detected(0.2, 0.2), detected(0.7, 0.8), DEPTH], [mug, lifted([1.0] * 9)]]
     )
-    assert [name for name, _ in turns[2]] == ["vision_ops.mask_crop"]
-    assert len(turns[5]) == 16 and {args["data"] for _, args in turns[5]} == {"$depth_map"}
-    assert all(6 / 64 <= args["u"] <= 19 / 64 for _, args in turns[5][:8])  # over the mug's mask
+    assert [name for name, _ in turns[0]] == [
+        "roborefer.detect_one",
+        "roborefer.detect_one",
+        "depth_estimator.estimate_depth",
+    ]
+    assert [name for name, _ in turns[1]] == ["vision_ops.project_2d_points_to_3d"] * 2
+    assert {args["depth"] for _, args in turns[1]} == {"$depth_map"}
+    mug_patch = as_normalized_points(turns[1][0][1]["points_2d"])
+    assert len(mug_patch) == 9 and np.all(np.abs(mug_patch - [0.2, 0.2]) <= 0.02)  # around the mug's point
     assert answer == "(A)"
+
+
+def test_depth_3d_without_readings_is_a_marked_fallback() -> None:
+    question = templates.with_choices(templates.CVB_3D_DEPTH[0].format(a=NAMES[0], b=NAMES[1]), list(NAMES))
+    task = make_task("spatialsim_cvb3ddepth", question, choices=list(NAMES))
+    _, answer, _, fallback = run_plan_full(
+        task, [[detected(0.2, 0.2), detected(0.7, 0.8), DEPTH], [error(), lifted([1.0] * 9)]]
+    )
+    assert answer == "(A)" and fallback
 
 
 @pytest.mark.parametrize("template", templates.POSE)
@@ -425,10 +437,14 @@ def test_grasp_copies_the_generated_gripper_points(template: str) -> None:
     grasp = result({"confidence": 0.953, "points_2d": [list(p) for p in points]})
     question = template.format(a=NAMES[0]) + " " + templates.GRASP_INSTRUCTION
     turns, answer = run_plan(
-        make_task("spatialsim_bopgrasp", question),
-        [[detected(0.5, 0.5), DEPTH], [SEGMENTED], [box((0, 0, 1)), grasp]],
+        make_task("spatialsim_bopgrasp", question), [[detected(0.5, 0.5), DEPTH], [SEGMENTED], [grasp]]
     )
-    assert [name for name, _ in turns[2]] == ["bounding_box.compute_bbox", "grasp_generator.compute_grasp"]
+    assert [name for turn in turns for name, _ in turn] == [
+        "roborefer.detect_one",
+        "depth_estimator.estimate_depth_with_pointcloud",
+        "sam2.segment_from_point",
+        "grasp_generator.compute_grasp",
+    ]
     assert read_grasp(grasp) == points
     truth = ", ".join(
         f"{label}: [{x}, {y}]"
@@ -450,7 +466,8 @@ def test_a_failed_grasp_falls_back_to_a_grasp_across_the_box() -> None:
         [
             [detected(0.5, 0.5), DEPTH],
             [SEGMENTED],
-            [box((0, 0, 1)), error("Error: RuntimeError: No collision-free grasps found.")],
+            [error("Error: RuntimeError: No collision-free grasps found.")],
+            [box((0, 0, 1))],  # the box only when no grasp came back
         ],
     )
     assert answer.startswith("Grasp center: [") and answer.count("[") == 5
@@ -571,6 +588,6 @@ def test_the_expert_never_reads_the_scene_from_the_task_metadata() -> None:
     depth_task.extra_info = NoScene(choices=options, scene='{"seed": 1}')
     _, answer = run_plan(
         depth_task,
-        [[detected(0.2, 0.2), detected(0.7, 0.8), DEPTH], [error()], [error()], [result(0.9), result(1.0)]],
+        [[detected(0.2, 0.2), detected(0.7, 0.8), DEPTH], [lifted([0.9] * 9), lifted([1.0] * 9)]],
     )
     assert answer == "(A)"

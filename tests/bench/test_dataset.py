@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from spacetools.bench.dataset import SCHEMA, Sample, read_samples, write_parquet
-from spacetools.tools.imagecodec import decode as decode_image
-from spacetools.tools.imagecodec import decode_mask
-from spacetools.tools.imagecodec import to_data_url as encode_png_data_uri
+from spacetools.kit.imagecodec import decode as decode_image
+from spacetools.kit.imagecodec import decode_mask
+from spacetools.kit.imagecodec import to_data_url as encode_png_data_uri
 
 
 def _image(seed: int = 0) -> np.ndarray:

@@ -14,6 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
+from spacetools.agent.rollout import RolloutConfig
 from spacetools.agent.types import EpisodeState
 from spacetools.bench.evaluate import (
     EvalConfig,
@@ -100,7 +101,9 @@ class SnoopingPolicy(ScriptedPolicy):
 def test_a_policy_cannot_reach_the_scene_while_the_tools_use_it(data: Path, tmp_path: Path) -> None:
     policy = SnoopingPolicy()
     benches = ["spatialsim_cvb3ddepth", "spatialsim_boppose"]
-    summary = evaluate(policy, data, out_dir=tmp_path, benches=benches, profile="exact", report=False)
+    summary = evaluate(
+        policy, EvalConfig(data=data, out=tmp_path, benches=benches, profile="exact", report=False)
+    )
     scenes = [sample.extra_info["scene"] for sample in load_samples(data, benches).values()]
     assert policy.reachable and not [s for s in policy.reachable for scene in scenes if scene in s]
     rows = read_rows(tmp_path / "samples.jsonl")
@@ -116,7 +119,7 @@ def test_limit_and_bad_arguments(data: Path, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no parquet for keys"):
         load_samples(data, ["spatialsim_nothing"])
     with pytest.raises(ValueError, match="unknown profile"):
-        evaluate(ScriptedPolicy(), data, out_dir=tmp_path, profile="perfect")
+        EvalConfig(data=data, out=tmp_path, profile="perfect")
 
 
 @pytest.mark.slow
@@ -151,21 +154,21 @@ def test_cli_run_writes_summary_samples_and_report(data: Path, tmp_path: Path) -
 def test_rerun_resumes_and_compare_prints_both_runs(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     first = CountingPolicy()
-    evaluate(first, data, out_dir=out, benches=[ONE_BENCH], profile="exact", limit=1)
+    evaluate(first, EvalConfig(data=data, out=out, benches=[ONE_BENCH], profile="exact", limit=1))
     assert first.episodes == 1
     kept = (out / "samples.jsonl").read_text()
 
     second = CountingPolicy()
-    summary = evaluate(second, data, out_dir=out, benches=[ONE_BENCH], profile="exact")
+    summary = evaluate(second, EvalConfig(data=data, out=out, benches=[ONE_BENCH], profile="exact"))
     assert second.episodes == 1  # only the sample the first run did not do
     assert (out / "samples.jsonl").read_text().startswith(kept)
     assert summary.benchmarks[ONE_BENCH].n == 2
 
     with pytest.raises(ValueError, match="other settings"):
-        evaluate(ScriptedPolicy(), data, out_dir=out, benches=[ONE_BENCH], profile="realistic")
+        evaluate(ScriptedPolicy(), EvalConfig(data=data, out=out, benches=[ONE_BENCH], profile="realistic"))
 
     other = tmp_path / "harsh"
-    evaluate(ScriptedPolicy(), data, out_dir=other, benches=[ONE_BENCH], profile="harsh")
+    evaluate(ScriptedPolicy(), EvalConfig(data=data, out=other, benches=[ONE_BENCH], profile="harsh"))
     result = CliRunner().invoke(app, ["eval", "compare", str(out), str(other / "summary.json")])
     assert result.exit_code == 0, result.output
     assert "cvb2drelation" in result.output and "accuracy" in result.output and "delta" in result.output
@@ -192,7 +195,10 @@ class WorkerKillingPolicy(ScriptedPolicy):
 def test_tool_workers_crashing_mid_run_lose_no_sample(data: Path, tmp_path: Path) -> None:
     policy = WorkerKillingPolicy()
     benches = ["spatialsim_boppose", "spatialsim_robospatial", "spatialsim_cvb3ddepth"]
-    summary = evaluate(policy, data, out_dir=tmp_path, benches=benches, profile="exact", concurrency=6)
+    config = EvalConfig(
+        data=data, out=tmp_path, benches=benches, profile="exact", rollout=RolloutConfig(concurrency=6)
+    )
+    summary = evaluate(policy, config)
     assert policy.kills >= 3
     rows = read_rows(tmp_path / "samples.jsonl")
     assert sorted(row["id"] for row in rows) == sorted(load_samples(data, benches))
@@ -239,8 +245,9 @@ def test_unreachable_toolshed_server_is_a_clear_error(data: Path, tmp_path: Path
 
 
 def test_run_json_records_the_config_and_resume_names_each_differing_field(tmp_path: Path) -> None:
-    config = EvalConfig.from_options(tmp_path / "data", out_dir=tmp_path, profile="exact", max_turns=5)
-    assert (config.rollout.max_turns, config.rollout.concurrency, config.out) == (5, 8, tmp_path)
+    config = EvalConfig(data=tmp_path / "data", out=tmp_path, profile="exact")
+    config = config.model_copy(update={"rollout": config.rollout.with_options(max_turns=5)})
+    assert (config.rollout.max_turns, config.rollout.concurrency) == (5, 8)
     (tmp_path / "run.json").write_text(json.dumps(config.run_record()))
     check_resume(tmp_path, config.model_copy(update={"limit": 3, "data": Path("/moved")}))  # may differ
     changed = config.model_copy(
@@ -248,14 +255,18 @@ def test_run_json_records_the_config_and_resume_names_each_differing_field(tmp_p
     )
     with pytest.raises(RunMismatchError, match=r"rollout\.max_turns: 5 -> 6; seed: 0 -> 4\)"):
         check_resume(tmp_path, changed)
-    old_style = {"policy": None, "profile": "exact", "seed": 0, "max_turns": 8, "toolshed_url": None}
-    (tmp_path / "run.json").write_text(json.dumps(old_style))  # a run.json written before EvalConfig
-    with pytest.raises(RunMismatchError, match=r"\(rollout\.max_turns: 8 -> 5\)"):
+    # A run.json of another shape (the rollout's settings at the top) differs in every field it lacks.
+    flat = {**config.run_record(), "rollout": None, "max_turns": 5}
+    (tmp_path / "run.json").write_text(json.dumps(flat))
+    with pytest.raises(RunMismatchError) as mismatch:
         check_resume(tmp_path, config)
+    assert "(max_turns: 5 -> None; " in str(mismatch.value) and "rollout.max_turns: None -> 5" in str(
+        mismatch.value
+    )
     with pytest.raises(ValueError, match="unknown profile"):
-        EvalConfig.from_options(tmp_path, out_dir=tmp_path, profile="perfect")
+        EvalConfig(data=tmp_path, out=tmp_path, profile="perfect")
     with pytest.raises(ValueError, match="unknown toolset"):
-        EvalConfig.from_options(tmp_path, out_dir=tmp_path, toolset="v9")
+        EvalConfig(data=tmp_path, out=tmp_path, toolset="v9")
 
 
 class SurrogatePolicy:
@@ -278,7 +289,8 @@ def test_resume_repairs_a_torn_last_line_and_any_text_survives(
     data: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     out = tmp_path / "run"
-    evaluate(SurrogatePolicy(), data, out_dir=out, benches=[ONE_BENCH], profile="exact")
+    config = EvalConfig(data=data, out=out, benches=[ONE_BENCH], profile="exact")
+    evaluate(SurrogatePolicy(), config)
     samples_file = out / "samples.jsonl"
     rows = read_rows(samples_file)
     assert len(rows) == 2 and rows[0]["trajectory"]["tool_calls"][0]["arguments"] == {"prompt": "mug \ud800"}
@@ -288,7 +300,7 @@ def test_resume_repairs_a_torn_last_line_and_any_text_survives(
 
     resumed = SurrogatePolicy()
     console = Console(record=True, width=200)
-    summary = evaluate(resumed, data, out_dir=out, benches=[ONE_BENCH], profile="exact", console=console)
+    summary = evaluate(resumed, config, console=console)
     assert resumed.episodes == 1  # the torn sample ran again, the whole one did not
     # Said once, as a warning: on stderr under the command line, and in the run's log.
     assert "dropped a torn last line (40 bytes)" in caplog.text

@@ -10,7 +10,7 @@ import pytest
 
 from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.types import Trajectory
-from spacetools.bench.evaluate import evaluate, load_samples, read_rows
+from spacetools.bench.evaluate import EvalConfig, evaluate, load_samples, read_rows
 from spacetools.bench.spatialsim import generator
 
 FAMILIES = ["robospatial", "blinkdepth", "cvb2drelation", "cvb3ddepth", "boppose"]
@@ -23,7 +23,7 @@ def exact_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], dic
     data = tmp_path_factory.mktemp("correctness_data")
     generator.export(data, n=N_PER_FAMILY, seed=5, families=FAMILIES)
     out = tmp_path_factory.mktemp("correctness_run")
-    evaluate(ScriptedPolicy(), data, out_dir=out, profile="exact", concurrency=8, report=False)
+    evaluate(ScriptedPolicy(), EvalConfig(data=data, out=out, profile="exact", report=False))
     qa_types = {key: str(sample.extra_info.get("qa_type", "")) for key, sample in load_samples(data).items()}
     return read_rows(out / "samples.jsonl"), qa_types
 

@@ -24,8 +24,10 @@ from spacetools.bench.report import (
     write_report,
 )
 from spacetools.bench.report.images import ReportImages
+from spacetools.bench.report.toolchain import declared_geometry, tool_points
 from spacetools.bench.summary import summarize, summary_table
 from spacetools.rewards import compute_score
+from spacetools.toolshed import Toolshed
 
 IMAGE = np.full((120, 160, 3), 90, dtype=np.uint8)
 QUESTION = (
@@ -40,6 +42,8 @@ BOX_RESULT = (
     "(0.4, 0.4), (0.6, 0.4), (0.58, 0.35), (0.42, 0.35)]\n"
 )
 
+#: What the v1 tools declare as geometry in their values (the report draws these keys only).
+GEOMETRY = {spec.name: spec.geometry for spec in Toolshed("v1").specs()}
 # The structured values the tools return beside those texts (the report draws from these).
 BOX_VALUE = {
     "corners_3d": [
@@ -112,7 +116,18 @@ def row(data_source: str, answer: str, truth: str, calls: list[ToolCallRecord], 
 def call(
     name: str, result: str, turn: int, image_indices: list[int] | None = None, value: object = None
 ) -> ToolCallRecord:
-    return ToolCallRecord(name, {"image_index": 0}, result, False, [], 0.01, turn, image_indices or [], value)
+    return ToolCallRecord(
+        name,
+        {"image_index": 0},
+        result,
+        False,
+        [],
+        0.01,
+        turn,
+        image_indices or [],
+        value,
+        GEOMETRY.get(name, {}),
+    )
 
 
 def page_for(rows: list[dict], samples: dict[str, Sample]) -> str:
@@ -210,23 +225,29 @@ def test_a_lone_surrogate_anywhere_still_writes_a_whole_page(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report_files"]
 
 
-def test_tool_geometry_comes_from_the_structured_value() -> None:
-    corners = [
-        [0.4, 0.6],
-        [0.6, 0.6],
-        [0.58, 0.55],
-        [0.42, 0.55],
-        [0.4, 0.4],
-        [0.6, 0.4],
-        [0.58, 0.35],
-        [0.42, 0.35],
-    ]
-    name, text = "bounding_box.compute_bbox", "Oriented bounding box computed."
-    assert tool_geometry_picture(IMAGE, name, text) is None  # neither a value nor the corners in the text
-    drawn = tool_geometry_picture(IMAGE, name, text, {"corners_2d": corners})
+def test_tool_geometry_is_read_from_the_value_under_the_keys_the_tool_declared() -> None:
+    assert GEOMETRY["bounding_box.compute_bbox"] == {"corners_2d": "corners"}
+    assert GEOMETRY["grasp_generator.compute_grasp"] == {"points_2d": "grasp"}
+    assert GEOMETRY["roborefer.detect_one"] == {"points": "points"}
+    assert GEOMETRY["sam2.segment_from_point"] == {}  # its prompt points are not drawn
+    corners = BOX_VALUE["corners_2d"]
+    box = call("bounding_box.compute_bbox", BOX_RESULT, 1, value=BOX_VALUE).__dict__
+    (found,) = declared_geometry(box)
+    assert found == ("corners", [tuple(corner) for corner in corners])
+    drawn = tool_geometry_picture(IMAGE, *found)
     assert drawn is not None and "fitted box" in drawn[1]
-    assert tool_geometry_picture(IMAGE, name, text, {"corners_2d": corners[:7]}) is None
-    assert tool_geometry_picture(IMAGE, name, text, {"corners_2d": [[float("nan"), 0.5]] * 8}) is None
+    # Never from the result text, nor from a key the tool did not declare.
+    assert declared_geometry({**box, "value": None}) == []
+    assert declared_geometry({**box, "geometry": {}}) == []
+    assert declared_geometry({**box, "value": {"corners_3d": corners}}) == []
+    # A kind's point count and finite numbers are checked; a failed call draws nothing.
+    assert declared_geometry({**box, "value": {"corners_2d": corners[:7]}}) == []
+    assert declared_geometry({**box, "value": {"corners_2d": [[float("nan"), 0.5]] * 8}}) == []
+    assert declared_geometry({**box, "is_error": True}) == []
+    # Points go on the sample's picture (blue crosses), not in a picture of their own.
+    assert tool_geometry_picture(IMAGE, "points", [(0.5, 0.5)]) is None
+    pointed = call("roborefer.detect_one", "Detected 1 instance(s)", 1, value={"points": [[0.25, 0.5]]})
+    assert tool_points({"tool_calls": [pointed.__dict__, box]}) == [(0.25, 0.5)]
 
 
 @pytest.mark.parametrize(

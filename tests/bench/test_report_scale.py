@@ -20,7 +20,7 @@ from spacetools.bench.report import write_report
 from spacetools.bench.report.browse import outcome
 from spacetools.bench.spatialsim import generator
 from spacetools.bench.summary import short_name, summarize
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 
 #: The stated bound: report.html of a 1,000-sample run (the full-size pictures are side files).
 MAX_BYTES_PER_1000_SAMPLES = 12_000_000

@@ -14,6 +14,7 @@ from spacetools.bench.spatialsim import FAMILIES, generate
 from spacetools.bench.spatialsim.generator import check_families, derive_seed, uses_duplicates
 from spacetools.bench.spatialsim.relations import OPPOSITE, RELATIONS, relation_holds
 from spacetools.bench.spatialsim.robospatial import VACANT_INSIDE_POINTS, VACANT_OUTLINE_POINTS, vacant_points
+from spacetools.kit.imagecodec import decode_mask
 from spacetools.rewards import BENCHMARKS, compute_score
 from spacetools.rewards.formats import format_points, parse_points
 from spacetools.sim.freespace import compatibility, vacant_region
@@ -21,7 +22,6 @@ from spacetools.sim.groundtruth import ObjectTruth
 from spacetools.sim.observation import Observation
 from spacetools.sim.scene import SceneSpec
 from spacetools.sim.world import Scene
-from spacetools.tools.imagecodec import decode_mask
 
 N = 6
 SEED = 11

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from spacetools import __version__
 from spacetools.cli.main import app
-from spacetools.tools.function_names import FUNCTION_NAME_RE, FunctionNames
+from spacetools.kit.function_names import FUNCTION_NAME_RE, FunctionNames
 
 runner = CliRunner()
 SNAPSHOT = Path(__file__).parents[1] / "tools" / "v1_schemas.json"

@@ -18,9 +18,9 @@ import pytest
 from chat_server import RespondingChatServer
 from spacetools.agent.policies.openai import OpenAIPolicy
 from spacetools.bench.dataset import read_samples
-from spacetools.bench.evaluate import SAMPLES_FILE, evaluate, read_rows
+from spacetools.bench.evaluate import SAMPLES_FILE, EvalConfig, evaluate, read_rows
+from spacetools.kit.imagecodec import decode as data_url_to_image
 from spacetools.rewards import compute_score
-from spacetools.tools.imagecodec import decode as data_url_to_image
 
 from .eval_run import read_run, run_eval
 
@@ -139,9 +139,10 @@ def test_one_openai_policy_serves_two_runs(spatialsim_data: Path, tmp_path: Path
         )
         runs = [tmp_path / "first", tmp_path / "second"]
         for out in runs:
-            evaluate(
-                policy, spatialsim_data, out_dir=out, benches=["spatialsim_robospatial"], profile="exact"
+            config = EvalConfig(
+                data=spatialsim_data, out=out, benches=["spatialsim_robospatial"], profile="exact"
             )
+            evaluate(policy, config)
 
     first, second = (read_rows(out / SAMPLES_FILE) for out in runs)
     assert [row["trajectory"]["error"] for row in first + second] == [None, None]

@@ -15,7 +15,7 @@ import pytest
 
 from chat_server import RespondingChatServer
 from spacetools.bench.dataset import read_samples
-from spacetools.tools.function_names import FUNCTION_NAME_RE
+from spacetools.kit.function_names import FUNCTION_NAME_RE
 
 from .eval_run import read_run, run_eval
 from .test_eval_openai import _DETECTED, _object_named, _texts, play_model

@@ -10,6 +10,7 @@ from spacetools.agent.types import ToolCallRecord, Trajectory
 from spacetools.bench.dataset import Sample
 from spacetools.bench.report import render_report
 from spacetools.bench.summary import summarize
+from spacetools.kit.definition import GEOMETRY_KINDS
 from spacetools.rewards import compute_score
 from spacetools.rewards.formats import format_corners
 
@@ -27,10 +28,14 @@ SOURCES = {
     "spatialsim_bopgrasp": GRASP,
     "spatialsim_detect2d": "[[0.1, 0.1, 0.4, 0.4]]",
 }
-# Structured tool results as tools give them, with any numbers in them.
+# Structured tool results as tools give them, with any numbers in them, and geometry declarations of
+# any kind (or none) for their keys.
+VALUE_KEYS = ["points", "corners_2d", "points_2d"]
 GEOMETRY_VALUES = st.dictionaries(
-    st.sampled_from(["points", "corners_2d", "points_2d"]),
-    st.lists(st.lists(ANY_FLOAT, min_size=2, max_size=2), max_size=9),
+    st.sampled_from(VALUE_KEYS), st.lists(st.lists(ANY_FLOAT, min_size=2, max_size=2), max_size=9)
+)
+DECLARATIONS = st.one_of(
+    st.dictionaries(st.sampled_from(VALUE_KEYS), st.sampled_from([*GEOMETRY_KINDS, "volume"])), JSON_VALUES
 )
 
 
@@ -39,13 +44,12 @@ GEOMETRY_VALUES = st.dictionaries(
     result=st.text(ANY_CHARACTER, max_size=200),
     arguments=st.dictionaries(st.text(ANY_CHARACTER, max_size=5), JSON_VALUES, max_size=3),
     value=st.one_of(JSON_VALUES, GEOMETRY_VALUES),
+    geometry=DECLARATIONS,
     data_source=st.sampled_from(sorted(SOURCES)),
-    tool=st.sampled_from(
-        ["roborefer.detect_one", "bounding_box.compute_bbox", "grasp_generator.compute_grasp"]
-    ),
+    tool=st.text(ANY_CHARACTER, max_size=20),
 )
 def test_any_text_renders_a_whole_page(
-    answer: str, result: str, arguments: dict, value: object, data_source: str, tool: str
+    answer: str, result: str, arguments: dict, value: object, geometry: object, data_source: str, tool: str
 ) -> None:
     TRIED["report"] += 1
     truth = SOURCES[data_source]
@@ -54,7 +58,7 @@ def test_any_text_renders_a_whole_page(
         task_id="t", data_source=data_source, messages=[{"role": "assistant", "content": answer}],
         tool_calls=[call], answer=None, turns=1, score=None, parse_errors=0, stats={}, wall_s=0.1,
     ).to_dict()  # fmt: skip
-    trajectory["tool_calls"][0]["value"] = value
+    trajectory["tool_calls"][0].update(value=value, geometry=geometry)
     row = {
         "id": "t", "data_source": data_source, "question": result, "trajectory": trajectory,
         "score": compute_score(data_source, answer, truth),

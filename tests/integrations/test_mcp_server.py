@@ -25,8 +25,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from spacetools.cli.main import app
+from spacetools.kit import imagecodec
 from spacetools.sim.layout import build_scene
-from spacetools.tools import imagecodec
 from spacetools.toolshed.limits import TOKEN_ENV
 
 SERVE = [
@@ -133,7 +133,9 @@ async def _exercise(session: ClientSession, scene: dict[str, Any], image: str) -
     assert "session_id" in tools["depth_estimator-estimate_depth"].input_schema["required"]
     assert "image_index" in tools["depth_estimator-estimate_depth"].input_schema["properties"]
 
-    opened = await session.call_tool("open_session", {"images": [image], "scenes": [scene["spec"]]})
+    opened = await session.call_tool(
+        "open_session", {"images": [image], "attachments": [{"scene": scene["spec"]}]}
+    )
     assert not opened.is_error, _text(opened)
     session_id = _text(opened).split("session_id: ")[1].split()[0]
 

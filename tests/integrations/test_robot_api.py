@@ -102,6 +102,16 @@ def test_a_hostile_pose_is_a_422_that_says_why_and_the_connection_keeps_serving(
         assert client.get("/capture_image").headers["content-type"] == "image/png"
 
 
+def test_a_target_far_out_of_reach_is_a_409_that_reads_briefly(url: str) -> None:
+    pose = np.eye(4)
+    pose[:3, 3] = (1e300, 0.0, 0.5)  # rigid and finite: the arm, not the check, finds it out of reach
+    refused = httpx.post(f"{url}/execute_grasp", json={"grasp_pose": pose.tolist()}, timeout=60)
+    assert refused.status_code == 409
+    detail = refused.json()["detail"]
+    assert detail.startswith("no inverse-kinematics solution reaches (")
+    assert "e+299" in detail and len(detail) < 200
+
+
 @pytest.mark.parametrize(
     ("path", "body", "reason"),
     [
@@ -160,7 +170,9 @@ def test_the_token_guards_every_endpoint_but_health(
 ) -> None:
     for url in _serve(create_robot_app(robot, token=TOKEN)):
         assert httpx.get(f"{url}/health").status_code == 200
-        assert httpx.get(f"{url}/capture_image").status_code == 401
+        refused = httpx.get(f"{url}/capture_image")
+        assert refused.status_code == 401
+        assert refused.json()["detail"] == "this robot requires 'Authorization: Bearer <token>'"
         wrong = {"Authorization": "Bearer " + "x" * len(TOKEN)}
         assert httpx.post(f"{url}/execute_grasp", json={"grasp_pose": []}, headers=wrong).status_code == 401
         monkeypatch.delenv(TOKEN_ENV, raising=False)

@@ -73,7 +73,8 @@ def test_exported_data_gives_every_tool_its_questions_scene(tmp_path: Path) -> N
             scene = original["extra_info"]["scene"]
             assert list(tools_kwargs) == names
             assert all(
-                kw == {"create_kwargs": {"scenes": [scene] if scene else []}} for kw in tools_kwargs.values()
+                kw == {"create_kwargs": {"attachments": [{"scene": scene}] if scene else []}}
+                for kw in tools_kwargs.values()
             )
     # The copies still read as the project's data set.
     assert [s.ground_truth for s in read_samples(out / "data")] == [

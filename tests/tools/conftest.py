@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from spacetools.kit.definition import ToolContext
 from spacetools.sim.groundtruth import ObjectTruth
 from spacetools.sim.layout import build_scene
 from spacetools.sim.world import View
-from spacetools.tools.definition import ToolContext
 
 SCENE_SEEDS = (0, 1, 2)
 

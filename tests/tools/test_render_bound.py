@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from tests.tools.conftest import RenderedScene
 
+from spacetools.kit.definition import ToolContext, ToolResult, invoke_tool_method, tool_method
 from spacetools.sim.observation import Observation
-from spacetools.tools.definition import ToolContext, ToolResult, invoke_tool_method, tool_method
 from spacetools.tools.depth import DepthEstimatorTool
 from spacetools.tools.pointing import RoboReferTool
 from spacetools.tools.segmentation import Sam2Tool

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.spatial.transform import Rotation
 
+from spacetools.kit.definition import ToolContext, ToolError, invoke_tool_method
 from spacetools.sim.gripper import GRIPPER_MAX_WIDTH
 from spacetools.tools.bbox import fit_circle, fit_oriented_box, min_area_rectangle
-from spacetools.tools.definition import ToolContext, ToolError, invoke_tool_method
-from spacetools.tools.grasp import gripper_collides, search_grasps
+from spacetools.tools.grasp import Grasp, gripper_collides, search_grasps, within_reach
 from spacetools.tools.pointcloud import fit_plane_ransac, main_cluster
 from spacetools.tools.projection import (
     as_normalized_points,
@@ -247,6 +248,25 @@ def test_grasp_on_a_free_box_closes_across_its_narrow_side() -> None:
     assert abs(closing @ narrow_axis / np.linalg.norm(narrow_axis)) > 0.8
     assert grasp.pose[:3, 2] @ -plane.normal > 0.5  # from above
     assert not gripper_collides(grasp.pose, grasp.width, np.concatenate([box, table]))
+
+
+def test_the_collision_checks_skip_only_points_out_of_the_grippers_reach() -> None:
+    rng = np.random.default_rng(3)
+    points = rng.uniform(-0.3, 0.3, size=(20_000, 3))
+    poses = [np.eye(4) for _ in range(40)]
+    for pose in poses:
+        pose[:3, :3] = Rotation.random(random_state=rng).as_matrix()
+        pose[:3, 3] = rng.uniform(-0.1, 0.1, 3)
+    grasps = [
+        Grasp(pose, width, 0.0)
+        for pose, width in zip(poses, rng.uniform(0.0, GRIPPER_MAX_WIDTH, 40), strict=True)
+    ]
+    near = within_reach(points, grasps, GRIPPER_MAX_WIDTH)
+    assert len(near) < len(points) / 2
+    verdicts = [
+        (gripper_collides(g.pose, g.width, points), gripper_collides(g.pose, g.width, near)) for g in grasps
+    ]
+    assert all(full == reduced for full, reduced in verdicts) and any(full for full, _ in verdicts)
 
 
 def test_grasp_on_an_object_wider_than_the_gripper_fails_like_the_original() -> None:

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from tests.tools.conftest import MakeContext, RenderedScene
 
+from spacetools.kit.definition import ToolResult, invoke_tool_method
 from spacetools.sim.freespace import best_placement, compatibility, placement
 from spacetools.sim.observation import SIDES, Observation
+from spacetools.sim.referring import matching_objects, parse_descriptor, parse_expression
 from spacetools.sim.scene import SceneSpec
-from spacetools.tools.definition import ToolResult, invoke_tool_method
 from spacetools.tools.pointing import RoboReferTool, VLMPointingTool
-from spacetools.tools.referring import matching_objects, parse_descriptor, parse_expression
 from spacetools.tools.simworld import render_observation
 
 PLACEMENT_PHRASES = (

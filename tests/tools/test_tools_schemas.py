@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spacetools.tools.definition import tool_specs
+from spacetools.kit.definition import tool_specs
 from spacetools.toolshed.toolsets import TOOLSETS
 
 SNAPSHOT = Path(__file__).with_name("v1_schemas.json")

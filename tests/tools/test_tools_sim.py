@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tests.tools.conftest import MakeContext, RenderedScene
 
-from spacetools.tools.definition import ToolContext, ToolResult, invoke_tool_method
+from spacetools.kit.definition import ToolContext, ToolResult, invoke_tool_method
 from spacetools.tools.depth import DepthEstimatorTool
 from spacetools.tools.grasp import GraspGeneratorTool
 from spacetools.tools.pointing import RoboReferTool, VLMPointingTool

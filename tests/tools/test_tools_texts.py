@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from tests.tools.conftest import RenderedScene, scene_context
 
+from spacetools.kit.definition import ToolContext, ToolResult, invoke_tool_method
 from spacetools.tools.bbox import BoundingBoxTool
-from spacetools.tools.definition import ToolContext, ToolResult, invoke_tool_method
 from spacetools.tools.depth import DepthEstimatorTool
 from spacetools.tools.grasp import GraspGeneratorTool
 from spacetools.tools.pointing import RoboReferTool, VLMPointingTool

@@ -12,18 +12,33 @@ from typing import Any
 import httpx
 import uvicorn
 
-from spacetools.tools.definition import Tool, ToolError, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolError, ToolResult, tool_method
 from spacetools.toolshed import Toolshed
+from spacetools.toolshed.admission import server_options
 from spacetools.toolshed.http import create_app
 from spacetools.toolshed.limits import ServerLimits
 
 
 @contextlib.contextmanager
 def serving(toolshed: Toolshed, limits: ServerLimits | None = None) -> Iterator[str]:
-    """Serve `toolshed` on a free port of 127.0.0.1 in a background thread; yields the base URL."""
+    """Serve `toolshed` on a free port of 127.0.0.1 in a background thread, with the settings
+    `spacetools serve` runs uvicorn with; yields the base URL."""
+    with serving_with_server(toolshed, limits) as (url, _server):
+        yield url
+
+
+@contextlib.contextmanager
+def serving_with_server(
+    toolshed: Toolshed, limits: ServerLimits | None = None
+) -> Iterator[tuple[str, uvicorn.Server]]:
+    """`serving`, also yielding the uvicorn server, whose open connections a test can see."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(toolshed, limits), log_level="warning"))
+    limits = limits or ServerLimits()
+    app = create_app(toolshed, limits)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", **server_options(limits.max_connections))
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -32,11 +47,19 @@ def serving(toolshed: Toolshed, limits: ServerLimits | None = None) -> Iterator[
             raise RuntimeError("the Toolshed server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
     finally:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    """Poll `check` until it holds (a deadline only bounds a failing test)."""
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, f"never reached: {what}"
+        time.sleep(0.01)
 
 
 class GateTool(Tool):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
 from spacetools.toolshed import ToolDeployment, Toolshed
 
 

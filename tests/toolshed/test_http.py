@@ -24,8 +24,8 @@ from spacetools.agent.policies.scripted import ScriptedPolicy
 from spacetools.agent.rollout import run_episode
 from spacetools.agent.types import EpisodeState, Task
 from spacetools.cli.serve import serve
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, hermes_tools_block, tool_method
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import Tool, ToolContext, ToolResult, hermes_tools_block, tool_method
 from spacetools.tools.diagnostics import EchoTool, FaultTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.client import RemoteSession, RemoteToolshed
@@ -105,6 +105,8 @@ def test_health_and_tool_schemas(http: httpx.Client) -> None:
     assert names[:3] == ["echo.echo", "echo.describe", "echo.random"] and "fault.crash" in names
     assert health["tool_methods"] == len(schemas)
     assert schemas[0]["function"]["parameters"]["required"] == ["text"]
+    specs = http.get("/tools/specs").json()  # the same methods, with their (here: no) geometry
+    assert [spec["name"] for spec in specs] == names and {str(spec["geometry"]) for spec in specs} == {"{}"}
     hermes = http.get("/tools/hermes")
     assert hermes.headers["content-type"].startswith("text/plain")
     assert hermes.text == hermes_tools_block(Toolshed(DEPLOYMENTS).specs())
@@ -202,6 +204,9 @@ def test_an_unknown_or_closed_session_is_a_404(http: httpx.Client) -> None:
             {"images": [encode_image(IMAGE)], "attachments": [None, None]},
             "got 1 images but 2 attachments",
         ),
+        # A field the API does not have (an attachment is `{"scene": …}` under `attachments`) is named.
+        ("/sessions", {"images": [encode_image(IMAGE)], "scenes": ["{}"]}, "Extra inputs are not permitted"),
+        ("/sessions/{id}/images", {"image": encode_image(IMAGE), "scene": "{}"}, '"body", "scene"'),
         ("/sessions/{id}/calls", {"name": "echo.echo"}, "Input should be a valid list"),
         ("/sessions/{id}/calls", [{"arguments": {}}], "Field required"),
         ("/sessions/{id}/images", {"image": "data:image/jpeg;base64,!!"}, "not valid base64"),
@@ -416,3 +421,6 @@ def test_serve_runs_the_v1_tools_with_the_same_results_as_in_process() -> None:
     assert [call.result_text for call in remote.tool_calls] == [call.result_text for call in local.tool_calls]
     assert [call.name for call in remote.tool_calls][-1] == "grasp_generator.compute_grasp"
     assert remote.finish_reason == "answer" and remote.answer == local.answer, remote.error
+    # The grasp tool's geometry declaration reached the client with its spec.
+    assert [call.geometry for call in remote.tool_calls] == [call.geometry for call in local.tool_calls]
+    assert remote.tool_calls[-1].geometry == {"points_2d": "grasp"}

@@ -1,5 +1,6 @@
 """No request stalls the server: calls are read off the event loop, their arguments are bounded, and a
-call over the in-flight limit is refused before its body is read."""
+call over the in-flight limit, or any request past the connection limit, is refused before its body is
+read, with its connection closed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from serving import GateTool, serving, wait_for_stats
+from serving import GateTool, serving, serving_with_server, wait_for_stats, wait_until
 
+from spacetools.kit import imagecodec
 from spacetools.tools.diagnostics import EchoTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.arguments import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ELEMENTS
@@ -65,6 +67,22 @@ def read_response(raw: socket.socket) -> str:
     while len(body) < length:
         body += raw.recv(4096)
     return (head + b"\r\n\r\n" + body).decode()
+
+
+def post_headers_only(host: str, port: int, path: str) -> tuple[str, bool]:
+    """POST headers that announce a body which never comes (only a server that answers before reading
+    the body can answer at all); the response, and whether the server then closed the connection."""
+    with socket.create_connection((host, port), timeout=30) as raw:
+        raw.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n".encode()
+        )
+        head = read_response(raw)
+        try:
+            closed = raw.recv(1) == b""
+        except TimeoutError:  # still open after 30 s
+            closed = False
+    return head, closed
 
 
 def nested(depth: int) -> Any:
@@ -138,8 +156,11 @@ def test_call_bodies_have_their_own_smaller_limit(http: httpx.Client) -> None:
     headers = {"content-type": "application/json"}
     refused = http.post(f"/sessions/{session_id}/calls", content=body, headers=headers)
     assert refused.status_code == 413
-    # 20 KB is under the general limit: a session body of that size is read (its extra field ignored).
-    assert http.post("/sessions", json={"images": [], "padding": "x" * 20_000}).status_code == 201
+    # A session body of that size (an image of noise, about 26 KB) is under the general limit: it is read.
+    noise = np.random.default_rng(0).integers(0, 256, size=(80, 80, 3), dtype=np.uint8)
+    session = {"images": [imagecodec.to_data_url(noise)]}
+    assert 16_000 < len(json.dumps(session)) < 64_000
+    assert http.post("/sessions", json=session).status_code == 201
 
 
 def test_a_call_over_the_in_flight_limit_is_refused_before_its_body_is_read(http: httpx.Client) -> None:
@@ -158,20 +179,42 @@ def test_a_call_over_the_in_flight_limit_is_refused_before_its_body_is_read(http
         wait_for_stats(http, lambda stats: stats["calls_in_flight"] == 3)
         host, port = http.base_url.host, http.base_url.port
         assert port is not None
-        # Headers that announce a body which never comes: only a server that answers before reading
-        # the body can answer at all.
-        with socket.create_connection((host, port), timeout=30) as raw:
-            raw.sendall(
-                f"POST /sessions/{session_id}/calls HTTP/1.1\r\nHost: {host}\r\n"
-                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n".encode()
-            )
-            head = read_response(raw)
+        head, closed = post_headers_only(host, port, f"/sessions/{session_id}/calls")
         GateTool.opened.set()
         assert [future.result().json()[0]["text"] for future in held] == ["0", "1", "2"]
     status_line, *headers = head.split("\r\n\r\n")[0].split("\r\n")
     assert status_line.startswith("HTTP/1.1 503")
     assert "retry-after: 1" in [header.lower() for header in headers]
+    assert "limit of 3 tool calls in flight" in head
+    # The body was never read, so the connection cannot carry another request: the server closes it.
+    assert "connection: close" in [header.lower() for header in headers] and closed
     assert http.get("/stats").json()["calls_refused"] == 1
+
+
+def test_a_request_past_the_connection_limit_is_refused_before_its_body_is_read() -> None:
+    limits = ServerLimits(max_connections=3)
+    deployments = [ToolDeployment(tool=GateTool, backend="inprocess", instances=3, timeout_s=60.0)]
+    with serving_with_server(toolshed_for(deployments, limits), limits) as (url, server):
+        session_id = httpx.post(f"{url}/sessions", json={"images": []}).json()["id"]
+        state = server.server_state
+        wait_until(lambda: not state.connections, "the session's connection closed")
+        GateTool.opened.clear()
+        body = [{"name": "gate.wait", "arguments": {"label": "held"}}]
+        with ThreadPoolExecutor(3) as pool:
+            held = [
+                pool.submit(httpx.post, f"{url}/sessions/{session_id}/calls", json=body, timeout=60)
+                for _ in range(3)
+            ]
+            wait_until(lambda: len(state.connections) == len(state.tasks) == 3, "3 calls held")
+            host, port = url.removeprefix("http://").split(":")
+            head, closed = post_headers_only(host, int(port), f"/sessions/{session_id}/calls")
+            GateTool.opened.set()
+            assert [future.result().json()[0]["text"] for future in held] == ["held"] * 3
+        assert head.startswith("HTTP/1.1 503") and closed
+        assert "connection: close" in head.lower()
+        # A cap, not a break: once the held connections close, requests are served again.
+        wait_until(lambda: not state.connections, "the held connections closed")
+        assert httpx.get(f"{url}/health").status_code == 200
 
 
 def test_a_call_body_that_does_not_arrive_is_a_408() -> None:

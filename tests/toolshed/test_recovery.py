@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from serving import serving, wait_for_stats
 
+from spacetools.kit.definition import ToolError, ToolResult, tool_method
 from spacetools.sim.scene import MAX_SCENE_OBJECTS
-from spacetools.tools.definition import ToolError, ToolResult, tool_method
 from spacetools.tools.diagnostics import EchoTool, SleepTool
 from spacetools.tools.simworld import parse_spec
 from spacetools.toolshed import ToolDeployment, Toolshed

@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from spacetools.kit.definition import Tool, ToolContext, ToolResult, tool_method
 from spacetools.sim.layout import build_scene
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
-from spacetools.tools.robot import RobotMotionError, RobotTool
-from spacetools.tools.robot.simulated import SimulatedRobots
+from spacetools.sim.robot import MotionError
+from spacetools.sim.robotworlds import RobotWorlds
+from spacetools.tools.robot import RobotTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 
 IMAGE = np.zeros((8, 8, 3), np.uint8)
@@ -63,11 +64,11 @@ class WorldCountingRobot(RobotTool):
     @tool_method
     def open_worlds(self) -> ToolResult:
         """How many simulated worlds this instance holds."""
-        return ToolResult(text=str(len(self._robots)), value=len(self._robots))
+        return ToolResult(text=str(len(self._worlds)), value=len(self._worlds))
 
 
 def test_only_tools_that_hold_session_state_are_told() -> None:
-    from spacetools.tools.definition import releases_sessions
+    from spacetools.kit.definition import releases_sessions
     from spacetools.tools.robot import RobotTool as Robot
 
     assert releases_sessions(LedgerTool) and releases_sessions(Robot)
@@ -162,19 +163,19 @@ def test_on_ray_a_released_session_is_freed_on_every_actor(local_ray: None) -> N
 
 
 def test_a_pool_frees_a_closed_sessions_world_and_builds_it_no_more(scene: dict[str, Any]) -> None:
-    robots = SimulatedRobots(record_frames=False)
-    robots.for_session("done", scene["spec"])
-    robots.for_session("running", scene["spec"])
-    robots.release_session("done")
-    assert len(robots) == 1
+    worlds = RobotWorlds(record_frames=False)
+    worlds.for_session("done", scene["spec"])
+    worlds.for_session("running", scene["spec"])
+    worlds.release_session("done")
+    assert len(worlds) == 1
     # A call that was still queued when its session closed finds no world to rebuild.
-    with pytest.raises(RobotMotionError, match="session was closed"):
-        robots.for_session("done", scene["spec"])
-    kept = SimulatedRobots(record_frames=False, keep_closed=True)  # an evaluation scores it afterwards
-    robot = kept.for_session("done", scene["spec"])
+    with pytest.raises(MotionError, match="session was closed"):
+        worlds.for_session("done", scene["spec"])
+    kept = RobotWorlds(record_frames=False, keep_closed=True)  # an evaluation scores it afterwards
+    world = kept.for_session("done", scene["spec"])
     kept.release_session("done")
-    assert kept.find_by_scene(scene["spec"]) is robot
-    robots.close()
+    assert kept.find_by_scene(scene["spec"]) is world
+    worlds.close()
     kept.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spacetools.tools.definition import ToolError
+from spacetools.kit.definition import ToolError
 from spacetools.toolshed.session import SessionStore
 from spacetools.toolshed.variables import referenced_names, resolve_references
 

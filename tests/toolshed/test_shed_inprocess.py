@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
-from spacetools.tools.definition import Tool, ToolContext, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolResult, tool_method
 from spacetools.tools.diagnostics import EchoTool, FaultTool, SleepTool
 from spacetools.toolshed import ToolDeployment, ToolProvider, ToolSession, Toolshed
 

@@ -16,7 +16,7 @@ import pytest
 # backtracks for ever), so no thread of its worker can run.
 GIL_TOOL = """
 import re
-from spacetools.tools.definition import Tool, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolResult, tool_method
 
 class GilTool(Tool):
     name = "gil"

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spacetools.cli.main import app
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from tiny_qwen import build_tiny_qwen25_vl
 
 torch = pytest.importorskip("torch")
@@ -135,7 +135,7 @@ def test_a_kill_while_deleting_the_old_checkpoint_does_not_block_the_next_save(
 ) -> None:
     from transformers import AutoModelForImageTextToText
 
-    from spacetools.tools.models.runtime import load_processor
+    from spacetools.kit.loading import load_processor
 
     _, out = _copy(finished_run, tmp_path)
     checkpoint = out / "checkpoint"

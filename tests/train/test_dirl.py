@@ -1,11 +1,16 @@
-"""The DIRL run's own figures: the valid-turn rate of an evaluation, counted over all benchmarks' turns."""
+"""The DIRL run's own figures and wiring: the valid-turn rate over all benchmarks' turns, the IRL traces limit."""
 
 from __future__ import annotations
+
+import asyncio
+from pathlib import Path
 
 import pytest
 
 from spacetools.bench.summary import BenchmarkSummary, Summary
-from spacetools.train.dirl import valid_turn_rate
+from spacetools.train import dirl
+from spacetools.train.config import DIRLConfig, TracesConfig
+from spacetools.train.results import valid_turn_rate
 
 
 def _bench(key: str, n: int, turns_mean: float, invalid_turns: int) -> BenchmarkSummary:
@@ -33,3 +38,18 @@ def test_valid_turn_rate_weights_each_benchmark_by_its_turns() -> None:
     summary = Summary(policy="hf", profile="exact", data="d", n=6, benchmarks=benches)
     assert valid_turn_rate(summary) == pytest.approx(0.7)
     assert valid_turn_rate(Summary(policy="hf", profile="exact", data="d", n=0)) == 0.0
+
+
+def test_the_irl_teacher_answers_at_most_the_limit_per_family(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[TracesConfig] = []
+
+    async def collect(config: TracesConfig) -> dict[str, int]:
+        seen.append(config)
+        return {}
+
+    monkeypatch.setattr(dirl, "collect_traces_async", collect)
+    config = DIRLConfig(irl_families=["reflocation"], irl_traces_limit=5, irl={"max_turns": 2})
+    asyncio.run(dirl.DIRLRun(config, tmp_path)._irl_traces(tmp_path))
+    assert seen[0].limit == 5 and seen[0].benches == ["spatialsim_reflocation"] and seen[0].max_turns == 2

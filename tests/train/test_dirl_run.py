@@ -81,16 +81,19 @@ def test_the_whole_recipe_runs_resumes_after_kill_9_and_a_rerun_only_reports(tmp
         assert (out / stage / "model" / "config.json").is_file() and (out / f"{stage}.png").is_file()
         assert any((out / "tensorboard" / stage).iterdir())
     results = json.loads((out / "results.json").read_text())
-    columns = results["evaluations"]
+    held_out = results["held_out"]["eval"]
+    columns = held_out["evaluations"]
     assert list(columns) == ["untrained", "SFT only", "without stage 1", "full DIRL"]
-    assert [c["stage"] for c in columns.values()] == ["eval_base", "eval_sft", "eval_no_irl", "eval_dirl"]
-    assert all(
-        set(c["headline"]) == {"spatialsim_robospatial", "spatialsim_blinkdepth"} for c in columns.values()
-    )
-    gain = results["stage2_reward_gain"]
+    assert [c["folder"] for c in columns.values()] == ["eval_base", "eval_sft", "eval_no_irl", "eval_dirl"]
+    keys = {"spatialsim_robospatial", "spatialsim_blinkdepth"}
+    assert all(set(c["benchmarks"]) == keys for c in columns.values())
+    # The constant guess and the paired SFT → DIRL gain sit beside the models, per benchmark.
+    assert set(held_out["constant_guess"]) == keys and set(held_out["grpo_gain"]) == keys
+    assert (out / "results.md").read_text() in result.output
+    gain = results["training_reward_gain"]
     assert gain["steps"] == 2 and gain["prompts_first"] == gain["prompts_last"] == 1
     assert "untrained" in result.output and "valid turn rate" in result.output
-    assert "stage 2 GRPO: reward, last fifth of 2 steps" in result.output
+    assert "stage 2 GRPO, training prompts: reward, last fifth of 2 steps" in result.output
     again = CliRunner().invoke(app, command)
     assert again.exit_code == 0, again.output
     assert "[grpo_no_irl] done before, skipped" in again.output and "…" not in again.output

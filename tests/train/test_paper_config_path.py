@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from spacetools.bench.spatialsim.generator import generate_group, write_families
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from tiny_qwen import build_tiny_qwen25_vl

@@ -18,7 +18,7 @@ from tiny_qwen import build_tiny_qwen25_vl
 
 torch = pytest.importorskip("torch")
 
-from spacetools.tools.models.runtime import load_processor  # noqa: E402
+from spacetools.kit.loading import load_processor  # noqa: E402
 from spacetools.train.episodes import forward_logprobs  # noqa: E402
 from spacetools.train.sampler import TracingPolicy  # noqa: E402
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from tiny_qwen import build_tiny_qwen25_vl
 
 torch = pytest.importorskip("torch")
 
-from spacetools.tools.models.runtime import load_processor  # noqa: E402
+from spacetools.kit.loading import load_processor  # noqa: E402
 from spacetools.train.config import SFTConfig  # noqa: E402
 from spacetools.train.episodes import encode_episode  # noqa: E402
 from spacetools.train.sft import train_sft  # noqa: E402

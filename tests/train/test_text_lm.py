@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from spacetools.bench.spatialsim.generator import generate_group, write_families
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from tiny_qwen import build_tiny_tokenizer
@@ -23,7 +23,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from spacetools.agent.policies.hf import HFPolicy  # noqa: E402
-from spacetools.tools.models.language import TEXT_ONLY_NOTE, load_chat_processor  # noqa: E402
+from spacetools.kit.loading import load_processor  # noqa: E402
+from spacetools.kit.textonly import TEXT_ONLY_NOTE  # noqa: E402
 from spacetools.train.config import GRPOConfig, SFTConfig  # noqa: E402
 from spacetools.train.episodes import encode_episode  # noqa: E402
 from spacetools.train.grpo import train_grpo_async  # noqa: E402
@@ -89,7 +90,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_text_model_reads_image_notes_and_is_told_that_the_tools_see_the_images(tiny_llama: Path) -> None:
-    processor = load_chat_processor(tiny_llama)
+    processor = load_processor(tiny_llama)
     episode = _episode("(A)")
     images = [imagecodec.decode(url) for url in episode["images"]]  # type: ignore[attr-defined]
     example = encode_episode(processor, episode["messages"], images)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spacetools.cli.main import app
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from spacetools.train.config import DIRLConfig, load_config
 from spacetools.train.dirl import DIRLRun
 

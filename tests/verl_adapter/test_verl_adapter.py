@@ -33,9 +33,9 @@ from verl.trainer.ppo.reward import get_custom_reward_fn
 
 from spacetools.integrations.verl.export import export_verl
 from spacetools.integrations.verl.tool import ToolshedTool
+from spacetools.kit import imagecodec
 from spacetools.sim.camera import Camera
 from spacetools.sim.layout import build_scene
-from spacetools.tools import imagecodec
 from spacetools.toolshed import Toolshed
 
 SCENE_SEED = 5
@@ -106,7 +106,7 @@ def test_a_trajectory_keeps_its_session_across_verls_per_call_lifecycle(
         tool.name: tool
         for tool in initialize_tools_from_config(str(export_verl("v1", server_url, tmp_path).tool_config))
     }
-    create_kwargs = {"scenes": [spec_json], "seed": 1}
+    create_kwargs = {"attachments": [{"scene": spec_json}], "seed": 1}
     # verl's trajectory state; the list stands for verl's reference to it.
     trajectories = [
         AgentData(
@@ -170,7 +170,7 @@ def test_an_instance_that_lives_for_the_episode_releases_its_session(
 
     async def episode() -> tuple[str, str, int]:
         instance_id, _ = await tool.create(
-            "episode-7", create_kwargs={"images": [data_url], "scenes": [spec_json]}
+            "episode-7", create_kwargs={"images": [data_url], "attachments": [{"scene": spec_json}]}
         )
         name = json.loads(spec_json)["objects"][0]["name"]
         found, _, _ = await tool.execute(instance_id, {"obj_name": name, "image_index": 0})

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spacetools.kit.definition import hermes_tools_block
 from spacetools.rewards.extraction import extract_answer
-from spacetools.tools.definition import hermes_tools_block
 
 if TYPE_CHECKING:
-    from spacetools.tools.definition import ToolResult, ToolSpec
+    from spacetools.kit.definition import ToolResult, ToolSpec
 
 DEFAULT_MAX_TOOL_RESPONSE_CHARS = 2048
 TOOLS_PLACEHOLDER = "{tools}"

@@ -49,7 +49,7 @@ from spacetools.agent.types import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from spacetools.tools.definition import ToolResult
+    from spacetools.kit.definition import ToolResult
     from spacetools.toolshed import ToolProvider, ToolSession
 
 DEFAULT_MAX_TURNS = 8
@@ -135,6 +135,7 @@ class _Episode:
         self.tools_s += time.perf_counter() - started
         responses: dict[int, dict[str, Any]] = {}
         kept: list[tuple[int, np.ndarray]] = []
+        geometry = {spec.name: spec.geometry for spec in state.tool_specs}
         for call, (result, latency_s) in zip(calls, timed, strict=True):
             pictures = self._keep_images(session, result)
             kept.extend(pictures)
@@ -152,6 +153,7 @@ class _Episode:
                     latency_s=latency_s,
                     turn=state.turn,
                     image_indices=indices,
+                    geometry=dict(geometry.get(call.name, {})),
                 )
             )
         self._append_images(state, kept)

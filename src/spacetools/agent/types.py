@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 
 if TYPE_CHECKING:
-    from spacetools.tools.definition import ToolSpec
+    from spacetools.kit.definition import ToolSpec
 
 #: The keys of a sample's ``extra_info`` a policy may read: what a model is shown with the question.
 #: Everything else (the answer, the scene specification, the generator's bookkeeping) stays out of the
@@ -123,6 +123,9 @@ class ToolCallRecord:
     image_indices: list[int] = field(default_factory=list)
     value: Any = None
     """The tool's structured result (`ToolResult.value`), JSON-able."""
+    geometry: dict[str, str] = field(default_factory=dict)
+    """The keys of `value` that hold geometry, with their kinds, as the tool method declares them
+    (`ToolSpec.geometry`): what the report draws."""
 
 
 def assistant_text(messages: Iterable[dict[str, Any]]) -> str:

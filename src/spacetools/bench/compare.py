@@ -43,7 +43,7 @@ def run_rows(path: Path) -> list[dict[str, Any]] | None:
     return read_rows(samples) if samples.is_file() else None
 
 
-def _by_benchmark(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Mapping[str, Any]]]:
+def scores_by_benchmark(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Mapping[str, Any]]]:
     """Score dicts by benchmark and sample id (a later row of an id replaces an earlier one)."""
     grouped: dict[str, dict[str, Mapping[str, Any]]] = {}
     for row in rows:
@@ -60,7 +60,7 @@ def paired_differences(
 ) -> dict[str, PairedBenchmark]:
     """Per benchmark both runs have, B − A of every metric over the common sample ids, with its paired
     bootstrap interval (no common ids: no deltas)."""
-    scores_a, scores_b = _by_benchmark(rows_a), _by_benchmark(rows_b)
+    scores_a, scores_b = scores_by_benchmark(rows_a), scores_by_benchmark(rows_b)
     paired: dict[str, PairedBenchmark] = {}
     for key in scores_a.keys() & scores_b.keys():
         ids = [sample_id for sample_id in scores_a[key] if sample_id in scores_b[key]]

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 
 JPEG_QUALITY = 95
 

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,9 +38,9 @@ from spacetools.bench.runfolder import (
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
+from spacetools.kit import imagecodec
 from spacetools.rewards import compute_score
-from spacetools.tools import imagecodec
-from spacetools.tools.realism import get_profile
+from spacetools.sim.realism import get_profile
 from spacetools.toolshed import ToolDeployment, ToolProvider, Toolshed
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.toolsets import get_toolset, with_profile
@@ -118,17 +118,6 @@ class EvalConfig(BaseModel):
     def _toolset_json(self, value: str | list[ToolDeployment]) -> str | list[str]:
         return value if isinstance(value, str) else [repr(deployment) for deployment in value]
 
-    @classmethod
-    def from_options(cls, data: str | Path, **options: Any) -> EvalConfig:
-        """The config of the keyword options :func:`evaluate` has always taken (``out_dir``, ``benches``,
-        ``concurrency``, ``max_turns``, ``max_tool_response_chars``, …)."""
-        rollout_fields = set(RolloutConfig.model_fields) - {"system_prompt"}  # ours is the template file
-        rollout_options = {k: options.pop(k) for k in list(options) if k in rollout_fields}
-        rollout_options.setdefault("concurrency", EVAL_CONCURRENCY)
-        if "out_dir" in options:
-            options["out"] = options.pop("out_dir")
-        return cls(data=Path(data), rollout=RolloutConfig(**rollout_options), **options)
-
     def run_record(self) -> dict[str, Any]:
         """What ``run.json`` holds."""
         return self.model_dump(mode="json")
@@ -142,14 +131,11 @@ class PolicyErrorsError(RuntimeError):
     """Episodes in a row ended with a policy error (the model cannot be reached, or fails every turn)."""
 
 
-def _flatten(record: dict[str, Any]) -> dict[str, Any]:
-    """``rollout.max_turns``-style keys; an older flat ``run.json`` maps its rollout keys the same way."""
+def _measured_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a ``run.json`` that change what a run measures, the rollout's as ``rollout.<key>``."""
+    rollout = record.get("rollout")
     flat = {k: v for k, v in record.items() if k != "rollout"}
-    if "rollout" not in record:  # written before EvalConfig: the rollout's limits sat at the top
-        for key in ("max_turns", "max_tool_response_chars"):
-            if key in flat:
-                flat[f"rollout.{key}"] = flat.pop(key)
-    flat.update({f"rollout.{k}": v for k, v in (record.get("rollout") or {}).items()})
+    flat.update({f"rollout.{k}": v for k, v in (rollout if isinstance(rollout, dict) else {}).items()})
     flat.pop("rollout.concurrency", None)
     return {k: v for k, v in flat.items() if k not in RESUMABLE_FIELDS}
 
@@ -167,10 +153,8 @@ def check_resume(out: Path, config: EvalConfig) -> None:
         raise RunMismatchError(
             f"{run_file} is unreadable ({error}); use another --out or --no-resume"
         ) from None
-    old, new = _flatten(previous), _flatten(config.run_record())
-    # An older run.json lacks the settings added since; those it has must still match.
-    keys = old.keys() | new.keys() if "rollout" in previous else old.keys() & new.keys()
-    changed = sorted(key for key in keys if old.get(key) != new.get(key))
+    old, new = _measured_fields(previous), _measured_fields(config.run_record())
+    changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
     if changed:
         described = "; ".join(f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in changed)
         raise RunMismatchError(
@@ -378,31 +362,16 @@ async def _run_and_summarize(
 
 async def evaluate_async(
     policy: Policy,
-    data: str | Path | None = None,
+    config: EvalConfig,
     *,
-    config: EvalConfig | None = None,
     console: Console | None = None,
-    on_start: Callable[[EvalConfig], None] | None = None,
-    **options: Any,
 ) -> Summary:
     """Evaluate ``policy`` with live tools as ``config`` says; write the run folder; return the summary
-    over every row of the run (resumed ones included).
-
-    Without ``config`` it is built by :meth:`EvalConfig.from_options` from ``data`` and the keyword
-    options evaluate has always taken (``out_dir``, ``benches``, ``profile``, ``concurrency``, ``limit``,
-    ``resume``, ``toolset``, ``seed``, ``max_turns``, ``max_tool_response_chars``, ``system_prompt``,
-    ``toolshed_url``, ``report``). A console shows a progress bar, notes and the final table.
+    over every row of the run (resumed ones included). A console shows a progress bar, notes and the
+    final table.
     """
-    if config is None:
-        if data is None:
-            raise TypeError("evaluate needs data (or a config)")
-        config = EvalConfig.from_options(data, **options)
-    elif data is not None or options:
-        raise TypeError("give either a config or data and options, not both")
     rollout = config.rollout.with_options(system_prompt=config.system_prompt)
     config = config.model_copy(update={"policy": policy.name, "rollout": rollout})
-    if on_start is not None:
-        on_start(config)
     samples = load_samples(config.data, config.benches, config.limit)
     with run_folder_lock(config.out):  # one writer per run folder, for the whole run
         repaired = _prepare_folder(config)
@@ -417,8 +386,8 @@ async def evaluate_async(
     return summary
 
 
-def evaluate(policy: Policy, data: str | Path | None = None, **options: Any) -> Summary:
-    """Evaluate ``policy``; the arguments are those of :func:`evaluate_async`.
+def evaluate(policy: Policy, config: EvalConfig, *, console: Console | None = None) -> Summary:
+    """Evaluate ``policy`` as ``config`` says (see :func:`evaluate_async`).
 
     This runs its own event loop, so before the loop ends it closes what the policy holds in it (its
     ``aclose``: HTTP connections, a batching task); the policy stays usable for a later run.
@@ -426,7 +395,7 @@ def evaluate(policy: Policy, data: str | Path | None = None, **options: Any) -> 
 
     async def run_then_close() -> Summary:
         try:
-            return await evaluate_async(policy, data, **options)
+            return await evaluate_async(policy, config, console=console)
         finally:
             close = getattr(policy, "aclose", None)
             if close is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from spacetools.tools.realism import PROFILE_NAMES, get_profile
+from spacetools.sim.realism import PROFILE_NAMES, get_profile
 
 
 def _check_profile(value: str) -> str:
@@ -112,7 +112,7 @@ def toolset_deployments(toolset: str, config: Path | None, config_option: str = 
 
 def check_device(device: str, param_hint: str) -> str:
     """A torch device present on this machine (checked before any model loads), or one clear line."""
-    from spacetools.tools.models.runtime import torch_device
+    from spacetools.kit.loading import torch_device
 
     try:
         torch_device(device)

@@ -15,6 +15,7 @@ from spacetools.agent.policies import make_policy
 from spacetools.bench.progress import progress_bar
 from spacetools.cli.options import check_out_folder, comma_list, key_values, profile_option
 from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES as ROBOT_MAX_BODY_BYTES
+from spacetools.tools.robot.http_client import DEFAULT_MAX_CONNECTIONS as ROBOT_MAX_CONNECTIONS
 from spacetools.tools.robot.http_client import TOKEN_ENV as ROBOT_TOKEN_ENV
 
 app = typer.Typer(no_args_is_help=True)
@@ -40,6 +41,9 @@ def serve(
     max_body_bytes: Annotated[
         int, typer.Option(min=1, help="Largest request body (a motion's is a few hundred bytes).")
     ] = ROBOT_MAX_BODY_BYTES,
+    max_connections: Annotated[
+        int, typer.Option(min=1, help="Open connections (past them every request gets a 503).")
+    ] = ROBOT_MAX_CONNECTIONS,
 ) -> None:
     """Serve a simulated robot (one world) with the robot HTTP API of the original."""
     import uvicorn
@@ -47,6 +51,7 @@ def serve(
     from spacetools.bench.robot.tasks import CATEGORIES, make_task
     from spacetools.integrations.robot_api.server import check_exposure, create_robot_app
     from spacetools.tools.robot.simulated import SimulatedRobot
+    from spacetools.toolshed.admission import server_options
 
     if category not in CATEGORIES:
         raise typer.BadParameter(f"unknown category {category!r}; choose one of: {', '.join(CATEGORIES)}")
@@ -59,7 +64,7 @@ def serve(
     console.print(f"Robot at http://{host}:{port}  task: {task.question}")
     try:
         app = create_robot_app(robot, token=token, max_body_bytes=max_body_bytes)
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning", **server_options(max_connections))
     finally:
         robot.close()
 

@@ -67,6 +67,12 @@ def serve(
     session_ttl_s: Annotated[
         float, typer.Option(min=0.001, help="Idle seconds before a session expires.", rich_help_panel=_LIMITS)
     ] = _DEFAULTS.session_ttl_s,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Open connections (past them every request gets a 503).", rich_help_panel=_LIMITS
+        ),
+    ] = _DEFAULTS.max_connections,
     max_calls_in_flight: Annotated[
         int, typer.Option(min=1, help="Tool calls queued or running at once.", rich_help_panel=_LIMITS)
     ] = _DEFAULTS.max_calls_in_flight,
@@ -119,6 +125,7 @@ def serve(
             max_session_bytes=max_session_bytes,
             max_total_bytes=max_total_bytes,
             session_ttl_s=session_ttl_s,
+            max_connections=max_connections,
             max_calls_in_flight=max_calls_in_flight,
             max_queue_wait_s=max_queue_wait_s,
             token=token,
@@ -154,8 +161,10 @@ def serve(
         return
     import uvicorn
 
+    from spacetools.toolshed.admission import server_options
+
     app = create_app(toolshed_for(deployments, limits, seed=seed), limits)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits.max_connections))
 
 
 def _serve_mcp(
@@ -177,5 +186,8 @@ def _serve_mcp(
         return
     import uvicorn
 
+    from spacetools.toolshed.admission import server_options
+
     shorten_log_lines(logging.getLogger("uvicorn.error"), logging.getLogger("uvicorn.access"))
-    uvicorn.run(streamable_http_app(server, limits, host), host=host, port=port, log_level="info")
+    app = streamable_http_app(server, limits, host)
+    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits.max_connections))

@@ -23,8 +23,8 @@ from spacetools.cli.options import (
     toolset_config_option,
     toolset_deployments,
 )
-from spacetools.tools.definition import ToolSpec, hermes_tools_block, tool_specs
-from spacetools.tools.function_names import FunctionNames
+from spacetools.kit.definition import ToolSpec, hermes_tools_block, tool_specs
+from spacetools.kit.function_names import FunctionNames
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.toolsets import TOOLSET_NAMES
 

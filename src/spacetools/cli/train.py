@@ -195,27 +195,20 @@ def dirl(
     e.g. `spacetools train dirl --config configs/dirl-tiny.yaml --out runs/d sft.epochs=2 grpo.steps=5`
     """
     from spacetools.train.base_models import BASE_MODELS
-    from spacetools.train.dirl import EVALUATIONS, RESULTS_FILE, mean_headline, run_dirl, valid_turn_rate
+    from spacetools.train.dirl import run_dirl
     from spacetools.train.gains import RewardGain
+    from spacetools.train.results import RESULTS_FILE, TABLE_FILE
 
     settings = _config(DIRLConfig, config, overrides)
     # "tiny" is built by the run, a named base (smollm2-135m) converted by it; a folder must be there now.
     named = settings.base_model == "tiny" or settings.base_model in BASE_MODELS
     _check_startup(None if named else Path(settings.base_model).expanduser(), settings.device)
     console = Console()
-    summaries = _run(lambda: run_dirl(settings, check_out_folder(out), console=console))
-    table = Table("benchmark (headline)", *(EVALUATIONS[stage] for stage in summaries), title=f"DIRL ({out})")
-    keys = sorted({key for summary in summaries.values() for key in summary.benchmarks})
-    for key in keys:
-        cells = [
-            f"{s.benchmarks[key].metrics.get('headline', 0.0):.3f}" if key in s.benchmarks else ""
-            for s in summaries.values()
-        ]
-        table.add_row(key, *cells)
-    table.add_row("mean", *(f"{mean_headline(s):.3f}" for s in summaries.values()))
-    table.add_row("valid turn rate", *(f"{valid_turn_rate(s):.2f}" for s in summaries.values()))
-    console.print(table)
-    gain = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))["stage2_reward_gain"]
+    _run(lambda: run_dirl(settings, check_out_folder(out), console=console))
+    typer.echo((out / TABLE_FILE).read_text(encoding="utf-8"))
+    gain = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))["training_reward_gain"]
     if gain is not None:
-        typer.echo(f"stage 2 GRPO: {RewardGain.model_validate(gain).describe()}")
-    typer.echo(f"results: {out / RESULTS_FILE}  plots: {out}/*.png  TensorBoard: {out}/tensorboard")
+        typer.echo(f"stage 2 GRPO, training prompts: {RewardGain.model_validate(gain).describe()}")
+    typer.echo(
+        f"results: {out / RESULTS_FILE}, {out / TABLE_FILE}  plots: {out}/*.png  TensorBoard: {out}/tensorboard"
+    )

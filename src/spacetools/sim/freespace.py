@@ -111,13 +111,17 @@ def _candidates(obs: Observation, item: int, anchor: int, side: str) -> tuple[np
     return shapely.polygons(np.concatenate(shapes)), offsets
 
 
+def _clear(obs: Observation, item: int, candidates: np.ndarray, clearance: float) -> np.ndarray:
+    """Which candidates stay `clearance` away from every object but `item` (the one being placed)."""
+    return ~shapely.intersects(obs.blocked((item,), clearance), candidates)
+
+
 def _fitting(
     obs: Observation, item: int, anchor: int, side: str, clearance: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """The candidate placements of `item` on the table and `clearance` away from every other object."""
     candidates, offsets = _candidates(obs, item, anchor, side)
-    blocked = obs.obstacles(exclude=(item,)).buffer(clearance)
-    ok = shapely.contains(obs.table, candidates) & ~shapely.intersects(blocked, candidates)
+    ok = shapely.contains(obs.table, candidates) & _clear(obs, item, candidates, clearance)
     return candidates[ok], offsets[ok]
 
 
@@ -128,9 +132,11 @@ def fits(obs: Observation, item: int, anchor: int, side: str, clearance: float =
 
 def compatibility(obs: Observation, item: int, anchor: int, side: str) -> bool | None:
     """`True` if it fits with clearance, `False` if not even touching, `None` when too close to call."""
-    if fits(obs, item, anchor, side, CLEARANCE_M):
+    candidates, _ = _candidates(obs, item, anchor, side)
+    on_table = shapely.contains(obs.table, candidates)
+    if np.any(on_table & _clear(obs, item, candidates, CLEARANCE_M)):
         return True
-    if not fits(obs, item, anchor, side, 0.0):
+    if not np.any(on_table & _clear(obs, item, candidates, 0.0)):
         return False
     return None
 

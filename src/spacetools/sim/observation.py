@@ -40,6 +40,9 @@ class Observation:
     truths: list[ObjectTruth]
     _footprints: dict[int, Polygon] = field(default_factory=dict, repr=False, compare=False)
     _obstacles: dict[tuple[int, ...], Polygon] = field(default_factory=dict, repr=False, compare=False)
+    _blocked: dict[tuple[tuple[int, ...], float], Polygon] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @classmethod
     def from_scene(cls, scene: Scene, camera: Camera | None = None) -> Observation:
@@ -94,9 +97,12 @@ class Observation:
 
     @cached_property
     def table(self) -> Polygon:
-        """The visible table top in world (x, y): the convex hull of its pixels' points."""
+        """The visible table top in world (x, y): the convex hull of its pixels' points (prepared:
+        placements test hundreds of footprints against it)."""
         xy = self.world_points[self.table_pixels][:, :2]
-        return shapely.MultiPoint(xy[:: max(1, len(xy) // TABLE_HULL_SAMPLES)]).convex_hull
+        hull = shapely.MultiPoint(xy[:: max(1, len(xy) // TABLE_HULL_SAMPLES)]).convex_hull
+        shapely.prepare(hull)
+        return hull
 
     @cached_property
     def right(self) -> np.ndarray:
@@ -137,6 +143,15 @@ class Observation:
             footprints = [self.footprint(t.index) for t in self.truths if t.index not in exclude]
             self._obstacles[exclude] = shapely.union_all(footprints)
         return self._obstacles[exclude]
+
+    def blocked(self, exclude: tuple[int, ...], clearance: float) -> Polygon:
+        """`obstacles` grown by `clearance` (cached and prepared: placements test hundreds of footprints)."""
+        key = (exclude, clearance)
+        if key not in self._blocked:
+            grown = self.obstacles(exclude).buffer(clearance)
+            shapely.prepare(grown)
+            self._blocked[key] = grown
+        return self._blocked[key]
 
     def region_mask(self, region: Polygon) -> np.ndarray:
         """``(H, W)`` bool: bare table pixels whose world point lies inside `region`."""

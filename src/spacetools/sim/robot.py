@@ -317,16 +317,18 @@ class RobotWorld:
                 solution = np.clip(np.asarray(full[:7]), self._lower, self._upper)
                 self._set_arm(solution)
             reached, reached_orientation = self.tcp_pose()
-            error = float(np.linalg.norm(reached - position))
+            with np.errstate(over="ignore"):  # a target of 1e300 m is out of reach, not an error
+                error = float(np.linalg.norm(reached - position))
             angle = (
                 Rotation.from_quat(reached_orientation).inv() * Rotation.from_quat(orientation)
             ).magnitude()
         finally:
             self._set_arm(saved)
         if error > IK_TOLERANCE or angle > 0.1:
+            where = ", ".join(_metres(float(coordinate)) for coordinate in position)
             raise MotionError(
-                f"no inverse-kinematics solution reaches ({position[0]:.3f}, {position[1]:.3f}, "
-                f"{position[2]:.3f}) m: the pose is out of the arm's reach or against its joint limits"
+                f"no inverse-kinematics solution reaches ({where}) m: the pose is out of the arm's "
+                "reach or against its joint limits"
             )
         return solution
 
@@ -438,3 +440,9 @@ def _hand_orientation(grasp_rotation: NDArray[np.float64]) -> NDArray[np.float64
         options.append(Rotation.from_matrix(matrix))
     best = max(options, key=lambda r: float(-r.as_matrix()[1, 0]))  # hand x towards -y (the camera side)
     return np.asarray(best.as_quat())
+
+
+def _metres(value: float) -> str:
+    """A coordinate to the millimetre, or in three significant digits when far beyond any arm's reach
+    (so that a target of 1e300 m reads as such, not as 300 digits)."""
+    return f"{value:.3f}" if abs(value) < 1e4 else f"{value:.3g}"

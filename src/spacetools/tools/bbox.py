@@ -16,7 +16,7 @@ import numpy as np
 import shapely
 from scipy.spatial import ConvexHull, QhullError
 
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
 from spacetools.tools.pointcloud import (
     SupportPlane,
     camera_up_fallback,
@@ -240,7 +240,7 @@ class BoundingBoxTool(Tool):
 
     name: ClassVar[str] = "bounding_box"
 
-    @tool_method
+    @tool_method(geometry={"corners_2d": "corners"})
     def compute_bbox(
         self, point_cloud: np.ndarray, mask: np.ndarray, focal_length_px: Variable[float], *, ctx: ToolContext
     ) -> ToolResult:

@@ -11,10 +11,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from spacetools.tools.definition import ToolContext, ToolError, ToolResult, tool_method
+from spacetools.kit.definition import ToolContext, ToolError, ToolResult, tool_method
+from spacetools.sim.realism import maybe_fail, perturb_depth, perturb_focal_length
 from spacetools.tools.overlays import colorize_depth
 from spacetools.tools.projection import depth_to_point_cloud
-from spacetools.tools.realism import maybe_fail, perturb_depth, perturb_focal_length
 from spacetools.tools.simworld import SimulatedTool, render_size, resample_nearest
 
 

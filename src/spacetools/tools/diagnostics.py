@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
 
 __all__ = ["EchoTool", "FaultTool", "SleepTool"]
 

@@ -14,8 +14,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
 from spacetools.sim.gripper import FINGER_LENGTH, GRIPPER_MAX_WIDTH, gripper_points
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
 from spacetools.tools.overlays import draw_gripper
 from spacetools.tools.pointcloud import (
     SupportPlane,
@@ -106,6 +106,20 @@ def gripper_collides(pose: np.ndarray, width: float, points: np.ndarray) -> bool
         np.array([half + FINGER_THICKNESS, y_half, -COLLISION_MARGIN]),
     )
     return bool(np.any(right | left | palm))
+
+
+def within_reach(points: np.ndarray, grasps: list[Grasp], max_width: float) -> np.ndarray:
+    """The points a gripper at any of the grasps could touch: those in the box around the grasps' origins
+    grown by the farthest reach of a finger or the palm (so the collision checks read far fewer points)."""
+    reach = float(
+        np.linalg.norm(
+            [max_width / 2.0 + FINGER_THICKNESS, FINGER_DEPTH / 2.0, max(FINGER_LENGTH, PALM_HEIGHT)]
+        )
+        + np.sqrt(3.0) * COLLISION_MARGIN
+    )
+    origins = np.array([g.pose[:3, 3] for g in grasps])
+    low, high = origins.min(axis=0) - reach, origins.max(axis=0) + reach
+    return points[np.all((points >= low) & (points <= high), axis=1)]
 
 
 def _sample_approach(up: np.ndarray, toward_camera: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -215,7 +229,7 @@ def search_grasps(
             "Top-down filtering removed all grasps. No grasps have z-axis aligned with gravity vector "
             f"(threshold={TOPDOWN_THRESHOLD})."
         )
-    obstacles = np.concatenate([scene_points, object_points])
+    obstacles = within_reach(np.concatenate([scene_points, object_points]), upright, max_width)
     free = [g for g in upright if not gripper_collides(g.pose, g.width, obstacles)]
     if not free:
         raise RuntimeError("No collision-free grasps found. All grasps collide with other objects.")
@@ -239,7 +253,7 @@ class GraspGeneratorTool(Tool):
         """The best grasp on the object; the hook a grasp server backend replaces."""
         return search_grasps(object_points, scene_points, rng, plane)
 
-    @tool_method
+    @tool_method(geometry={"points_2d": "grasp"})
     def compute_grasp(
         self,
         point_cloud: np.ndarray,

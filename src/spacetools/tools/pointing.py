@@ -19,17 +19,17 @@ from typing import ClassVar
 
 import numpy as np
 
+from spacetools.kit.definition import ToolContext, ToolResult, tool_method
 from spacetools.sim.observation import Observation
-from spacetools.tools.definition import ToolContext, ToolResult, tool_method
-from spacetools.tools.overlays import draw_points
-from spacetools.tools.realism import Profile, maybe_fail, perturb_point
-from spacetools.tools.referring import (
+from spacetools.sim.realism import Profile, maybe_fail, perturb_point
+from spacetools.sim.referring import (
     best_partial_match,
     interior_point,
     parse_expression,
     resolve,
     spread_points,
 )
+from spacetools.tools.overlays import draw_points
 from spacetools.tools.simworld import SimulatedTool
 
 MAX_FREE_SPACE_POINTS = 5
@@ -111,7 +111,7 @@ class PointingTool(SimulatedTool):
             result.variables[variable] = points
         return result
 
-    @tool_method
+    @tool_method(geometry={"points": "points"})
     def detect_one(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
         """Point to one instance of an object (or place) described in words.
 
@@ -123,7 +123,7 @@ class PointingTool(SimulatedTool):
         """
         return self._detect(obj_name, image_index, ctx, all_instances=False)
 
-    @tool_method
+    @tool_method(geometry={"points": "points"})
     def detect_all(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
         """Point to every instance of an object (or spots of a place) described in words.
 
@@ -153,7 +153,7 @@ class VLMPointingTool(PointingTool):
     stores_detections: ClassVar[bool] = True
     decimals: ClassVar[int | None] = None
 
-    @tool_method
+    @tool_method(geometry={"points": "points"})
     def detect_one(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
         """Point to one instance of an object described in words.
 
@@ -166,7 +166,7 @@ class VLMPointingTool(PointingTool):
         """
         return self._detect(obj_name, image_index, ctx, all_instances=False)
 
-    @tool_method
+    @tool_method(geometry={"points": "points"})
     def detect_all(self, obj_name: str, image_index: int, *, ctx: ToolContext) -> ToolResult:
         """Point to every instance of an object described in words.
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spacetools.kit.definition import ToolError
 from spacetools.sim.camera import Camera
-from spacetools.tools.definition import ToolError
 
 
 def focal_camera(focal_length_px: float, width: int, height: int) -> Camera:

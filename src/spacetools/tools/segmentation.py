@@ -12,11 +12,11 @@ from typing import ClassVar
 import numpy as np
 from scipy import ndimage
 
+from spacetools.kit.definition import ToolContext, ToolResult, tool_method
 from spacetools.sim.observation import Observation
-from spacetools.tools.definition import ToolContext, ToolResult, tool_method
+from spacetools.sim.realism import maybe_fail, perturb_mask, predicted_iou
 from spacetools.tools.overlays import draw_mask
 from spacetools.tools.projection import as_normalized_points, pixel_index
-from spacetools.tools.realism import maybe_fail, perturb_mask, predicted_iou
 from spacetools.tools.simworld import SimulatedTool, resample_nearest
 
 SURFACE_SCORE_FACTOR = 0.7

@@ -9,9 +9,11 @@ render. Three deployment settings (``config``) shape them:
   aspect ratio scaled down past it (as SAM 2 and Depth Pro run at about 1 Mpx whatever the photo's
   size), so one 16 Mpx image costs what a 1 Mpx one does. Answers are in normalized coordinates, and
   the per-pixel arrays a tool returns (masks, depth) are mapped back to the image's size;
-- ``cache_mb``: building and rendering costs about half a second, so each tool instance keeps the
-  observations it rendered, least recently used out first, within this many megabytes. An entry is
-  dropped as soon as every session that used it has closed (`SimulatedTool.release_session`).
+- ``cache_mb``: building and rendering costs about 150 ms, so each tool instance keeps the
+  observations it uses, least recently used out first, within this many megabytes. An entry is
+  dropped as soon as every session that used it has closed (`SimulatedTool.release_session`). The
+  renders are shared with the machine's other simulated tools through a `RenderStore` (its files
+  within this many megabytes too, dropped the same way), so a scene is rendered once for all tools.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spacetools.kit.definition import Tool, ToolContext, ToolError
+from spacetools.sim.camera import Camera
+from spacetools.sim.groundtruth import compute_ground_truth
 from spacetools.sim.observation import Observation
+from spacetools.sim.realism import Profile, get_profile
 from spacetools.sim.scene import SceneSpec
-from spacetools.sim.world import Scene
-from spacetools.tools.definition import Tool, ToolContext, ToolError
-from spacetools.tools.realism import Profile, get_profile
+from spacetools.sim.world import Scene, View
+from spacetools.tools.renderstore import RenderStore
 
 DEFAULT_MAX_RENDER_PIXELS = 1024 * 1024
 MIN_RENDER_PIXELS = 64 * 64
@@ -80,6 +85,11 @@ def resample_nearest(array: np.ndarray, height: int, width: int) -> np.ndarray:
     return array[rows[:, None], cols[None, :]]
 
 
+def _store_key(key: tuple[str, int, int]) -> str:
+    digest, width, height = key
+    return f"{digest[:32]}-{width}x{height}"
+
+
 @dataclass
 class _Entry:
     observation: Observation
@@ -96,8 +106,9 @@ class SceneCache:
     last of them is released.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, store: RenderStore | None = None) -> None:
         self.max_bytes = max_bytes
+        self.store = store
         self._entries: OrderedDict[tuple[str, int, int], _Entry] = OrderedDict()
 
     def __len__(self) -> int:
@@ -113,7 +124,7 @@ class SceneCache:
         key = (hashlib.sha256(spec_json.encode()).hexdigest(), width, height)
         entry = self._entries.get(key)
         if entry is None:
-            observation = render_observation(parse_spec(spec_json), width, height)
+            observation = self._render(spec_json, key, session_id)
             entry = _Entry(observation, observation.nbytes())
             if entry.nbytes > self.max_bytes:
                 return observation
@@ -122,11 +133,27 @@ class SceneCache:
             self._entries[key] = entry
         else:
             self._entries.move_to_end(key)
+            if self.store is not None and session_id not in entry.sessions:
+                self.store.mark(_store_key(key), session_id)
         entry.sessions.add(session_id)
         return entry.observation
 
+    def _render(self, spec_json: str, key: tuple[str, int, int], session_id: str) -> Observation:
+        """The observation from the shared store when another tool rendered it, else rendered (and shared)."""
+        spec = parse_spec(spec_json)
+        camera = render_camera(spec, key[1], key[2])
+        store_key = _store_key(key)
+        view = self.store.load(store_key, camera, session_id) if self.store is not None else None
+        if view is None:
+            view = render_view(spec, camera)
+            if self.store is not None:
+                self.store.save(store_key, view, session_id)
+        return Observation(spec=spec, view=view, truths=compute_ground_truth(spec, view))
+
     def release(self, session_id: str) -> None:
-        """Forget a closed session; drop the observations no open session used."""
+        """Forget a closed session; drop the observations no open session used (and its shared renders)."""
+        if self.store is not None:
+            self.store.release(session_id)
         for key, entry in list(self._entries.items()):
             entry.sessions.discard(session_id)
             if not entry.sessions:
@@ -143,13 +170,27 @@ def parse_spec(spec_json: str) -> SceneSpec:
         raise ToolError(f"the image's scene spec is not valid: {where}: {first['msg']}") from None
 
 
-def render_observation(spec: SceneSpec, width: int, height: int) -> Observation:
-    """Rebuild ``spec`` (no physics), render its camera at the given size and compute the truth."""
+def render_camera(spec: SceneSpec, width: int, height: int) -> Camera:
+    """The spec's camera at the render size."""
     camera = spec.get_camera()
-    if (camera.width, camera.height) != (width, height):
-        camera = camera.resized(width, height)
+    return camera if (camera.width, camera.height) == (width, height) else camera.resized(width, height)
+
+
+def render_view(spec: SceneSpec, camera: Camera) -> View:
+    """Rebuild ``spec`` (no physics) and render it from ``camera``.
+
+    The tools read depth, segmentation and object geometry, never the render's colours (the image is the
+    conversation's): a shadowless render costs about half a shadowed one.
+    """
     with Scene.from_spec(spec) as scene:
-        return Observation.from_scene(scene, camera)
+        return scene.render(camera, shadow=False)
+
+
+def render_observation(spec: SceneSpec, width: int, height: int) -> Observation:
+    """Rebuild ``spec``, render its camera at the given size and compute the truth a tool may read (how
+    much of an object is hidden is not measured: no tool reads it)."""
+    view = render_view(spec, render_camera(spec, width, height))
+    return Observation(spec=spec, view=view, truths=compute_ground_truth(spec, view))
 
 
 def scene_of(ctx: ToolContext, image_index: int) -> str:
@@ -170,7 +211,8 @@ class SimulatedTool(Tool):
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
         self.simulation = SimulationSettings.of(config)
-        self._scenes = SceneCache(int(self.simulation.cache_mb * 2**20))
+        cache_bytes = int(self.simulation.cache_mb * 2**20)
+        self._scenes = SceneCache(cache_bytes, RenderStore(cache_bytes))
         self._profile = get_profile(self.simulation.profile)
 
     @classmethod

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, Variable, tool_method
 from spacetools.tools.projection import (
     as_focal_length,
     as_mask,

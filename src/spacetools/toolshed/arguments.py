@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import ToolError, ToolMethod
+from spacetools.kit.definition import ToolError, ToolMethod
 from spacetools.toolshed.session import SessionState
 from spacetools.toolshed.variables import referenced_names, resolve_references
 

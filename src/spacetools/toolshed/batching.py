@@ -11,8 +11,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from spacetools.tools.batching import BatchResult, has_batched_method
-from spacetools.tools.definition import BATCH_CALL, ToolContext, ToolResult, tool_methods
+from spacetools.kit.batching import BatchResult, has_batched_method
+from spacetools.kit.definition import BATCH_CALL, ToolContext, ToolResult, tool_methods
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
 

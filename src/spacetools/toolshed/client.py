@@ -31,8 +31,8 @@ import httpx
 import numpy as np
 from pydantic import TypeAdapter
 
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import ToolResult, ToolSpec
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import ToolResult, ToolSpec
 from spacetools.toolshed.limits import TOKEN_ENV
 from spacetools.toolshed.session import check_attachment, check_image, check_session_inputs
 from spacetools.toolshed.wire import (
@@ -43,6 +43,7 @@ from spacetools.toolshed.wire import (
     ImageResponse,
     SessionRequest,
     SessionResponse,
+    ToolSpecResponse,
 )
 
 __all__ = ["RemoteSession", "RemoteToolshed", "RemoteToolshedError"]
@@ -51,6 +52,7 @@ Arguments = Mapping[str, Any] | str | None
 
 _log = logging.getLogger(__name__)
 _CALL_RESULTS = TypeAdapter(list[CallResponse])
+_SPECS = TypeAdapter(list[ToolSpecResponse])
 
 
 class RemoteToolshedError(RuntimeError):
@@ -92,14 +94,13 @@ class RemoteSession:
         """True once `close()` was called."""
         return self._closed
 
-    def add_image(self, image: np.ndarray, attachment: Attachment | str = None) -> int:
+    def add_image(self, image: np.ndarray, attachment: Attachment = None) -> int:
         """Append an image to the conversation (uploaded before the next call); returns its `image_index`.
 
-        `attachment` is the image's metadata for the tools (a scene spec JSON string is taken as
-        `{"scene": …}`, as older callers pass it)."""
+        `attachment` is the image's metadata for the tools."""
         index = len(self._images)
         check_image(image, index)
-        checked = check_attachment(_attachment(attachment), index)
+        checked = check_attachment(attachment, index)
         self._images.append(image)
         self._attachments.append(checked)
         return index
@@ -246,15 +247,15 @@ class RemoteToolshed:
             return
         client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s, headers=self._headers)
         try:
-            response = await client.get("/tools")
+            response = await client.get("/tools/specs")
             _raise_for_status(response)
-            schemas = response.json()
+            specs = _SPECS.validate_json(response.content)
         except Exception as exc:
             await client.aclose()
             raise ConnectionError(
                 f"cannot use the Toolshed server at {self.base_url}: {_describe(exc)}"
             ) from exc
-        self._specs = [ToolSpec(**schema["function"]) for schema in schemas]
+        self._specs = [ToolSpec(**spec.model_dump()) for spec in specs]
         self._client = client
 
     async def close(self) -> None:
@@ -283,15 +284,13 @@ class RemoteToolshed:
     def open_session(
         self,
         images: Sequence[np.ndarray],
-        attachments: Sequence[Attachment | str] | None = None,
+        attachments: Sequence[Attachment] | None = None,
         seed: int | None = None,
     ) -> RemoteSession:
         """A session for one episode, opened on the server by its first call.
 
-        `attachments` holds each image's metadata for the tools (scene spec strings are taken as
-        `{"scene": …}`)."""
-        given = None if attachments is None else [_attachment(entry) for entry in attachments]
-        images, checked = check_session_inputs(images, given)
+        `attachments` holds each image's metadata for the tools."""
+        images, checked = check_session_inputs(images, attachments)
         return RemoteSession(self, images, checked, seed)
 
     async def fetch_stats(self) -> dict[str, Any]:
@@ -353,11 +352,6 @@ def _retry_after_s(response: httpx.Response) -> float | None:
         return min(max(float(response.headers.get("retry-after", "1")), 0.0), 60.0)
     except ValueError:
         return 1.0
-
-
-def _attachment(entry: Attachment | str) -> Attachment:
-    """An image's attachment; a bare string is an older caller's scene spec JSON."""
-    return {"scene": entry} if isinstance(entry, str) else entry
 
 
 def _jsonable(arguments: Arguments) -> dict[str, Any] | str | None:

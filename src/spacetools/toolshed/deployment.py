@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from spacetools.tools.definition import Tool, tool_methods
+from spacetools.kit.definition import Tool, tool_methods
 
 __all__ = ["MAX_TIMEOUT_S", "BackendName", "ToolDeployment", "resolve_tool_class"]
 

@@ -5,7 +5,7 @@ Tools then run decoupled from the RL or evaluation loop: the loop talks to this 
 is `spacetools.toolshed.wire`; the limits the server enforces are `spacetools.toolshed.limits`.
 
 Endpoints: `GET /health`, `GET /tools` (OpenAI function schemas), `GET /tools/hermes` (the prompt's
-`<tools>` block), `POST /sessions`, `POST /sessions/{id}/calls[?images=true]`,
+`<tools>` block), `GET /tools/specs` (the specs with their geometry declarations, for `RemoteToolshed`), `POST /sessions`, `POST /sessions/{id}/calls[?images=true]`,
 `POST /sessions/{id}/images`, `DELETE /sessions/{id}`, `GET /stats`, `GET /metrics` (Prometheus).
 """
 
@@ -29,14 +29,14 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import ToolResult, hermes_tools_block
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import ToolResult, hermes_tools_block
+from spacetools.toolshed.admission import RETRY_AFTER_S, CallAdmission, CallAdmissionMiddleware
 from spacetools.toolshed.limits import ServerLimits
 from spacetools.toolshed.metrics import CONTENT_TYPE, render_metrics
 from spacetools.toolshed.session import MemoryLimitError, TooManySessionsError
 from spacetools.toolshed.shed import Session, Toolshed
 from spacetools.toolshed.wire import (
-    Attachment,
     CallRequest,
     CallResponse,
     HealthResponse,
@@ -45,9 +45,17 @@ from spacetools.toolshed.wire import (
     SessionRequest,
     SessionResponse,
     ToolAvailability,
+    ToolSpecResponse,
 )
 
-__all__ = ["create_app", "return_freed_memory", "toolshed_for"]
+__all__ = [
+    "BearerTokenMiddleware",
+    "SafeJSONResponse",
+    "create_app",
+    "invalid_body",
+    "return_freed_memory",
+    "toolshed_for",
+]
 
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD_BYTES = 128 * 1024
@@ -59,6 +67,13 @@ class SafeJSONResponse(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+async def invalid_body(_request: Request, exc: Exception) -> Response:
+    """The 422 for a body that does not validate (an exception handler for `RequestValidationError`):
+    the errors without the input FastAPI's own handler echoes, which may be what could not be encoded."""
+    assert isinstance(exc, RequestValidationError)
+    return SafeJSONResponse({"detail": _brief_errors(exc.errors())}, status_code=422)
 
 
 def toolshed_for(deployments: Any, limits: ServerLimits, **options: Any) -> Toolshed:
@@ -97,8 +112,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     session and queue limits are set where it is made (`toolshed_for`).
     """
     limits = limits or ServerLimits()
-    in_flight = 0  # tool calls admitted and not yet answered
-    refused = 0  # tool calls turned away with a 503
+    admission = CallAdmission(limits.max_calls_in_flight)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -113,11 +127,9 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     )
     if limits.token is not None:
         app.add_middleware(BearerTokenMiddleware, token=limits.token)
+    app.add_middleware(CallAdmissionMiddleware, admission=admission)  # the last added runs first
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(_request: Request, exc: RequestValidationError) -> Response:
-        # The default handler echoes the input back, which may be what could not be encoded.
-        return SafeJSONResponse({"detail": _brief_errors(exc.errors())}, status_code=422)
+    app.add_exception_handler(RequestValidationError, invalid_body)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -193,6 +205,11 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         """The OpenAI function schema of every tool method served."""
         return [spec.to_openai() for spec in toolshed.specs()]
 
+    @app.get("/tools/specs")
+    async def tool_specs() -> list[ToolSpecResponse]:
+        """Every tool method's spec: the function schema's fields and the geometry its `value` holds."""
+        return [ToolSpecResponse.model_validate(spec, from_attributes=True) for spec in toolshed.specs()]
+
     @app.get("/tools/hermes", response_class=PlainTextResponse)
     async def tools_hermes() -> str:
         """The `<tools>…</tools>` block of a hermes-style system prompt."""
@@ -206,7 +223,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         if attachments is not None and len(attachments) != len(images):
             raise HTTPException(422, f"got {len(images)} images but {len(attachments)} attachments")
         try:
-            session = toolshed.open_session(images, _checked(attachments), seed=request.seed)
+            session = toolshed.open_session(images, attachments, seed=request.seed)
         except TooManySessionsError as exc:
             raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from None
         except MemoryLimitError as exc:
@@ -214,15 +231,6 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
         return SessionResponse(id=session.id, image_count=len(session.images))
-
-    def refuse(count: int) -> HTTPException:
-        nonlocal refused
-        refused += count
-        return HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            f"the server is at its limit of {limits.max_calls_in_flight} tool calls in flight; retry later",
-            headers={"Retry-After": "1"},
-        )
 
     @app.post(
         "/sessions/{session_id}/calls",
@@ -239,40 +247,38 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         """Run a turn's calls in parallel; results in call order, tool failures as error results.
 
         The body is a list of `CallRequest`. Refused with 503 while the server holds
-        `max_calls_in_flight` calls, before the body is read (a request counts as one call until its
-        body says how many it holds); cancelled when the client disconnects before the results are
-        ready.
+        `max_calls_in_flight` calls, before the body is read (`CallAdmissionMiddleware` admits the
+        request as one call; the rest are admitted once the body says how many it holds); cancelled
+        when the client disconnects before the results are ready.
         """
-        nonlocal in_flight
-        if in_flight >= limits.max_calls_in_flight:
-            raise refuse(1)
-        admitted = 1
-        in_flight += 1
+        session = open_session(session_id)
+        # Parsed off the event loop unless small. JSON parsing holds the interpreter lock all the
+        # same: what bounds its stall is `max_call_body_bytes`; the walk of the arguments yields.
         try:
-            session = open_session(session_id)
-            # Parsed off the event loop unless small. JSON parsing holds the interpreter lock all the
-            # same: what bounds its stall is `max_call_body_bytes`; the walk of the arguments yields.
-            try:
-                body = await asyncio.wait_for(request.body(), limits.call_body_timeout_s)
-            except asyncio.TimeoutError:
-                raise HTTPException(
-                    status.HTTP_408_REQUEST_TIMEOUT,
-                    f"the body did not arrive within {limits.call_body_timeout_s:g} s",
-                ) from None
-            calls = (
-                _read_calls(body)
-                if len(body) <= _SMALL_BODY_BYTES
-                else await asyncio.to_thread(_read_calls, body)
+            body = await asyncio.wait_for(request.body(), limits.call_body_timeout_s)
+        except asyncio.TimeoutError:
+            raise HTTPException(
+                status.HTTP_408_REQUEST_TIMEOUT,
+                f"the body did not arrive within {limits.call_body_timeout_s:g} s",
+            ) from None
+        calls = (
+            _read_calls(body)
+            if len(body) <= _SMALL_BODY_BYTES
+            else await asyncio.to_thread(_read_calls, body)
+        )
+        extra = max(len(calls) - 1, 0)  # the request itself was admitted as one call
+        if not admission.admit_more(extra):
+            raise HTTPException(
+                status.HTTP_503_SERVICE_UNAVAILABLE,
+                admission.refusal,
+                headers={"Retry-After": str(RETRY_AFTER_S)},
             )
-            if len(calls) > admitted and in_flight + len(calls) - admitted > limits.max_calls_in_flight:
-                raise refuse(len(calls))
-            in_flight += max(len(calls) - admitted, 0)
-            admitted = max(len(calls), admitted)
+        try:
             results = await _unless_disconnected(
                 request, session.call_many([(item.name, item.arguments) for item in calls])
             )
         finally:
-            in_flight -= admitted
+            admission.release(extra)
         if results is None:  # nobody is listening any more
             return []
         return [await to_response(result, images) for result in results]
@@ -283,7 +289,6 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         session = open_session(session_id)
         (image,) = await decode_images([request.image])
         try:
-            _checked([request.attachment])
             return ImageResponse(index=session.add_image(image, request.attachment))
         except MemoryLimitError as exc:
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
@@ -299,7 +304,11 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
         """Live statistics: per tool (calls, errors, latency, queues, availability), sessions, calls."""
-        return {**toolshed.stats(), "calls_in_flight": in_flight, "calls_refused": refused}
+        return {
+            **toolshed.stats(),
+            "calls_in_flight": admission.in_flight,
+            "calls_refused": admission.refused,
+        }
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -332,15 +341,6 @@ def _read_calls(body: bytes) -> list[CallRequest]:
 def _brief_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """Validation errors without the input they echo (which may be what could not be encoded)."""
     return [{key: error.get(key) for key in ("type", "loc", "msg")} for error in errors]
-
-
-def _checked(attachments: Sequence[Attachment] | None) -> list[Attachment] | None:
-    """The attachments, with a clear 422 for a simulated scene that is not a scene spec JSON string."""
-    for attachment in attachments or []:
-        scene = (attachment or {}).get("scene")
-        if scene is not None and not isinstance(scene, str):
-            raise HTTPException(422, "an attachment's 'scene' must be the scene spec as a JSON string")
-    return None if attachments is None else list(attachments)
 
 
 def _jsonable_or_none(value: Any) -> Any:
@@ -377,18 +377,20 @@ async def _unless_disconnected(request: Request, work: Any) -> Any:
 
 
 class BearerTokenMiddleware:
-    """Refuses (401) every request but `GET /health` that does not carry `Authorization: Bearer <token>`."""
+    """Refuses (401) every request but `GET /health` that does not carry `Authorization: Bearer <token>`;
+    `service` names what the 401 says requires it."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, service: str = "this Toolshed") -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode()
+        self._refusal = f"{service} requires 'Authorization: Bearer <token>'"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not secrets.compare_digest(given, self._expected):
                 response = SafeJSONResponse(
-                    {"detail": "this Toolshed requires 'Authorization: Bearer <token>'"},
+                    {"detail": self._refusal},
                     status_code=status.HTTP_401_UNAUTHORIZED,
                     headers={"WWW-Authenticate": "Bearer"},
                 )

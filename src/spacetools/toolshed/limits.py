@@ -1,7 +1,8 @@
 """`ServerLimits`: what one Toolshed server accepts, so that no client can exhaust it.
 
 Every limit has a safe default and a `spacetools serve` flag. A request over a limit is refused with
-an HTTP error that names the limit (408, 413, 429 or 503), never a 500.
+an HTTP error (408, 413, 429 or 503), never a 500; all but uvicorn's 503 for `max_connections` name
+the limit.
 """
 
 from __future__ import annotations
@@ -47,8 +48,16 @@ class ServerLimits(BaseModel):
         default=4 * 2**30, gt=0, description="Images and variables all sessions together may hold."
     )
     session_ttl_s: float = Field(default=3600.0, gt=0, description="Idle time after which a session expires.")
+    max_connections: int = Field(
+        default=2048,
+        gt=0,
+        description="Open connections; past them every request gets a 503 right after its headers.",
+    )
     max_calls_in_flight: int = Field(
-        default=1024, gt=0, description="Tool calls admitted at once, queued or running (503 past it)."
+        default=1024,
+        gt=0,
+        description="Tool calls admitted at once, queued or running (503 with Retry-After past it, "
+        "before the body is read).",
     )
     max_queue_wait_s: float = Field(
         default=30.0,

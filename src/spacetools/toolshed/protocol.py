@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from spacetools.tools.definition import ToolResult, ToolSpec
+from spacetools.kit.definition import ToolResult, ToolSpec
 
 __all__ = ["Arguments", "ToolProvider", "ToolSession"]
 

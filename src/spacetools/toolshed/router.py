@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from spacetools.tools.definition import ToolContext, ToolResult, error_result
+from spacetools.kit.definition import ToolContext, ToolResult, error_result
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed, SetupFailed
 from spacetools.toolshed.standby import Standby
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import ToolError
+from spacetools.kit.definition import ToolError
 
 __all__ = [
     "MemoryLimitError",

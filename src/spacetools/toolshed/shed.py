@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     ToolContext,
     ToolError,
     ToolMethod,
@@ -35,8 +35,7 @@ from spacetools.toolshed.arguments import (
     resolve_and_validate,
 )
 from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
-from spacetools.toolshed.backends import instance_factory
-from spacetools.toolshed.backends.ray import fetch_cluster_values
+from spacetools.toolshed.backends import instance_factory, local_arguments
 from spacetools.toolshed.batching import Batcher, batchers_for
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
@@ -329,14 +328,13 @@ class Toolshed:
                 attachments=list(state.attachments),
                 rng=call_seed(state, identity),
             )
+            kwargs = local_arguments(router.backend, kwargs)
         # Exception: whatever else the model's arguments provoke (an integer too long to write, say)
         # is the model's error to read, not the server's.
         except Exception as exc:
             result = ToolResult.error(str(exc)) if isinstance(exc, ToolError) else error_result(exc)
             router.stats.record(result, time.perf_counter() - started_at)
             return result
-        if router.backend != "ray":  # arrays a Ray actor left in the object store come here by value
-            kwargs = fetch_cluster_values(kwargs)
         result = await self._batchers.get(name, router).call(name, kwargs, ctx)
         self._keep_images(state, result)
         if result.variables:

@@ -3,7 +3,7 @@
 Pydantic only (the client must not need FastAPI). Conventions:
 
 - Images travel as base64 data URLs (`data:image/png;base64,…`; JPEG is accepted on upload), encoded
-  and decoded by `spacetools.tools.imagecodec`.
+  and decoded by `spacetools.kit.imagecodec`.
 - Variables never leave the server: a call result lists the names it stored, the model refers to them
   as `"$name"` in later calls of the same session, and the server resolves them. Nor do the
   attachments of the pictures tools make (`ToolResult.attachments`, e.g. the scene a simulated
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "Attachment",
@@ -32,14 +32,18 @@ __all__ = [
     "SessionRequest",
     "SessionResponse",
     "ToolAvailability",
+    "ToolSpecResponse",
 ]
 
-#: Per-image metadata for the tools (e.g. `{"scene": "<scene spec JSON>"}` for a simulated image).
+#: Per-image metadata for the tools, passed to them unread (e.g. `{"scene": "<scene spec JSON>"}`, what
+#: the simulated tools read).
 Attachment = dict[str, Any] | None
 
 
 class SessionRequest(BaseModel):
     """`POST /sessions`: open a session for one episode."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is a 422 naming it, not silently dropped
 
     images: list[str] = Field(description="The task's images as PNG or JPEG base64 data URLs.")
     attachments: list[Attachment] | None = Field(
@@ -48,17 +52,6 @@ class SessionRequest(BaseModel):
     seed: int | None = Field(
         default=None, ge=-(2**63), lt=2**64, description="The session seed; enters every call's random seed."
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _accept_scenes(cls, data: Any) -> Any:
-        # Older clients send `scenes` (one scene spec JSON per image); they are attachments now.
-        if isinstance(data, dict) and "scenes" in data:
-            data = dict(data)
-            scenes = data.pop("scenes")
-            if data.get("attachments") is None and isinstance(scenes, list):
-                data["attachments"] = [None if scene is None else {"scene": scene} for scene in scenes]
-        return data
 
 
 class SessionResponse(BaseModel):
@@ -71,18 +64,10 @@ class SessionResponse(BaseModel):
 class ImageRequest(BaseModel):
     """`POST /sessions/{id}/images`: append an image to the conversation."""
 
+    model_config = ConfigDict(extra="forbid")
+
     image: str = Field(description="A PNG or JPEG base64 data URL.")
     attachment: Attachment = Field(default=None, description="The image's metadata for the tools.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _accept_scene(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "scene" in data:
-            data = dict(data)
-            scene = data.pop("scene")
-            if data.get("attachment") is None and scene is not None:
-                data["attachment"] = {"scene": scene}
-        return data
 
 
 class ImageResponse(BaseModel):
@@ -112,6 +97,18 @@ class CallResponse(BaseModel):
     value: Any = Field(default=None, description="The tool's structured (JSON) result, for code to read.")
     image_indices: list[int] = Field(
         default_factory=list, description="The conversation indices the session gave the tool's pictures."
+    )
+
+
+class ToolSpecResponse(BaseModel):
+    """One tool method as `GET /tools/specs` lists it: what the model sees, and its geometry declaration."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    geometry: dict[str, str] = Field(
+        default_factory=dict,
+        description='Keys of its `value` that hold geometry, with their kinds ("points", …).',
     )
 
 

@@ -33,7 +33,7 @@ REPORT_TO_HELP = "tensorboard (event files in the run folder) and/or wandb (offl
 # Settings that change where figures are shown, not what is trained: a resumed run may change them.
 _NOT_COMPARED = frozenset({"report_to"})
 Trainable = Annotated[str, StringConstraints(pattern=r"^(full|lora|last_layers:[1-9][0-9]*)$")]
-"""Which weights a stage trains: `full`, `lora`, or `last_layers:N` (see `spacetools.train.trainable`)."""
+"""Which weights a stage trains: `full`, `lora`, or `last_layers:N` (see `spacetools.kit.trainable`)."""
 
 
 class LoraSettings(BaseModel):
@@ -237,6 +237,11 @@ class DataConfig(BaseModel):
     train_seed: int = Field(default=100, ge=0)
     eval_n: PositiveInt = 8
     eval_seed: int = Field(default=200, ge=0)
+    second_eval_seed: int | None = Field(
+        default=None,
+        ge=0,
+        description="a second held-out set: the SFT and DIRL models are evaluated on it too",
+    )
     families: list[str] | None = None
 
 
@@ -258,6 +263,9 @@ class DIRLConfig(BaseModel):
     universal_teacher: dict[str, Any] = Field(default_factory=lambda: {"teacher": "scripted"})
     irl: dict[str, Any] = Field(default_factory=dict, description="stage-1 GRPO settings (IRL teacher)")
     irl_toolset: str = "pointing"
+    irl_traces_limit: PositiveInt | None = Field(
+        None, description="training questions per family the IRL teacher answers for the mix (None: all)"
+    )
     irl_families: list[str] = Field(default_factory=lambda: ["robospatial"])
     mix: dict[str, float] = Field(default_factory=lambda: {"irl": 1.0, "universal": 3.0})
     teacher_thoughts: Thoughts = Field(
@@ -267,6 +275,9 @@ class DIRLConfig(BaseModel):
     grpo: dict[str, Any] = Field(default_factory=dict)
     ablation: bool = Field(False, description="also train DIRL without stage 1 (the IRL teacher)")
     eval_limit: PositiveInt | None = None
+    ablation_eval_limit: PositiveInt | None = Field(
+        None, description="questions per benchmark for the untrained and without-stage-1 evaluations"
+    )
     eval_max_new_tokens: PositiveInt = Field(128, description="tokens per turn in the evaluations")
     eval_max_turns: PositiveInt = 4
     profile: str = "exact"

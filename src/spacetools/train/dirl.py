@@ -4,8 +4,13 @@ Stages run in order and each leaves a `DONE` marker in its folder; a rerun of th
 finished stages and continues the unfinished one from its checkpoint (SFT and GRPO resume exactly), so a
 run killed with -9 anywhere ends with the same results as an unbroken one.
 
-    data → universal traces → base model → eval(base) → stage-1 GRPO (one pointing tool: the IRL
-    teacher) → IRL traces → mix → SFT → eval(sft) → stage-2 GRPO (all tools) → eval(dirl) → table, plots
+    data → constant-guess baseline → universal traces → base model → stage-1 GRPO (one pointing tool: the
+    IRL teacher) → IRL traces → mix → SFT → eval(sft) → stage-2 GRPO (all tools) → eval(dirl) → eval(base)
+    → table, plots
+
+Each model is evaluated on the held-out set and, with `data.second_eval_seed`, on a second one; the
+results table (`results.md`, :mod:`spacetools.train.results`) puts every headline beside the constant
+guess, with the paired gain of stage 2 over SFT on the same questions.
 
 With `ablation: true` the run also trains DIRL without stage 1 (SFT on the universal teacher's traces
 alone, then stage 2): the evaluations then cover the paper's miniature ablation (untrained, SFT only,
@@ -26,27 +31,31 @@ from rich.console import Console
 
 from spacetools.agent.protocol import build_system_prompt
 from spacetools.agent.rollout import RolloutConfig
+from spacetools.bench.baseline import constant_guesses
+from spacetools.bench.dataset import Sample, read_samples
 from spacetools.bench.evaluate import EVAL_CONCURRENCY, EvalConfig, evaluate_async
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
+from spacetools.kit.loading import load_processor
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.train.base_models import BASE_MODELS, get_base_model
 from spacetools.train.checkpoint import METRICS_FILE
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, TracesConfig, record_config
-from spacetools.train.gains import RewardGain, reward_gain
+from spacetools.train.gains import reward_gain
 from spacetools.train.grpo import train_grpo_async
-from spacetools.train.limits import check_turn_limits
+from spacetools.train.limits import check_token_limits, check_turn_limits
 from spacetools.train.monitor import StageMonitor
 from spacetools.train.plots import plot_stage, read_metrics
+from spacetools.train.results import write_results
 from spacetools.train.sft import train_sft
 from spacetools.train.tiny import build_tiny_vlm
 from spacetools.train.traces import collect_traces_async, mix_traces
 
 DONE = "DONE"
-RESULTS_FILE = "results.json"
+BASELINE_FILE = "constant_guess.json"
 logger = logging.getLogger(__name__)
 # The evaluations of a run, in the order of the paper's ablation table, with their column names.
 EVALUATIONS = {
@@ -132,17 +141,41 @@ class DIRLRun:
         config = self.config
         families = config.data.families
         await self.stage("data", lambda folder: self._data(folder, families))
+        await self.stage("baseline", self._baseline)
         await self.stage("traces_universal", self._universal_traces)
         if config.base_model == "tiny":
             await self.stage("base", self._tiny_base)
-        await self.stage("eval_base", lambda folder: self._evaluate(self.base_model, folder))
+        check_token_limits(
+            config,
+            self.stage_dir("traces_universal") / "traces.jsonl",
+            load_processor(self.base_model).tokenizer,
+        )
         await self.stage("irl_teacher", self._irl_teacher)
         await self.stage("traces_irl", self._irl_traces)
         await self.stage("traces_mix", self._mix)
         await self.stage("sft", self._sft)
+        # Each model is evaluated as soon as it exists, on every held-out set; the untrained base last.
         await self.stage("eval_sft", lambda folder: self._evaluate(self.stage_dir("sft") / "model", folder))
+        if config.data.second_eval_seed is not None:
+            await self.stage(
+                "eval_sft_2",
+                lambda folder: self._evaluate(
+                    self.stage_dir("sft") / "model", folder, data=self.second_eval_data
+                ),
+            )
         await self.stage("grpo", self._grpo)
         await self.stage("eval_dirl", lambda folder: self._evaluate(self.stage_dir("grpo") / "model", folder))
+        if config.data.second_eval_seed is not None:
+            await self.stage(
+                "eval_dirl_2",
+                lambda folder: self._evaluate(
+                    self.stage_dir("grpo") / "model", folder, data=self.second_eval_data
+                ),
+            )
+        await self.stage(
+            "eval_base",
+            lambda folder: self._evaluate(self.base_model, folder, limit=config.ablation_eval_limit),
+        )
         trained = ["irl_teacher", "sft", "grpo"]
         if config.ablation:
             await self.stage("traces_no_irl", self._mix_without_irl)
@@ -153,7 +186,9 @@ class DIRLRun:
                 await self.stage("grpo_no_irl", lambda folder: self._grpo(folder, "sft_no_irl"))
                 await self.stage(
                     "eval_no_irl",
-                    lambda folder: self._evaluate(self.stage_dir("grpo_no_irl") / "model", folder),
+                    lambda folder: self._evaluate(
+                        self.stage_dir("grpo_no_irl") / "model", folder, limit=config.ablation_eval_limit
+                    ),
                 )
                 trained += ["sft_no_irl", "grpo_no_irl"]
         for stage in trained:
@@ -164,20 +199,66 @@ class DIRLRun:
             for name in EVALUATIONS
             if name != "eval_no_irl" or config.ablation
         }
-        summaries = {
+        gain = reward_gain(read_metrics(self.stage_dir("grpo") / METRICS_FILE))
+        write_results(self.out, self._held_out(folders), gain.model_dump() if gain is not None else None)
+        return {
             name: Summary.load(self.stage_dir(folder) / "summary.json") for name, folder in folders.items()
         }
-        gain = reward_gain(read_metrics(self.stage_dir("grpo") / METRICS_FILE))
-        write_results(self.out, summaries, folders, gain)
-        return summaries
+
+    def _held_out(self, folders: dict[str, str]) -> dict[str, dict[str, Any]]:
+        """What the results table pairs, per held-out set: its evaluations, baseline and SFT/DIRL folders."""
+        baseline = json.loads((self.stage_dir("baseline") / BASELINE_FILE).read_text(encoding="utf-8"))
+        sets = {
+            "eval": {
+                "seed": self.config.data.eval_seed,
+                "evaluations": {
+                    EVALUATIONS[name]: self.stage_dir(folder) for name, folder in folders.items()
+                },
+                "sft": self.stage_dir("eval_sft"),
+                "dirl": self.stage_dir("eval_dirl"),
+            }
+        }
+        if self.config.data.second_eval_seed is not None:
+            sets["eval_2"] = {
+                "seed": self.config.data.second_eval_seed,
+                "evaluations": {
+                    EVALUATIONS[name]: self.stage_dir(f"{name}_2") for name in ("eval_sft", "eval_dirl")
+                },
+                "sft": self.stage_dir("eval_sft_2"),
+                "dirl": self.stage_dir("eval_dirl_2"),
+            }
+        return {name: {**spec, "constant_guess": baseline[name]} for name, spec in sets.items()}
 
     def _evaluation_folder(self, name: str) -> str:
         return "eval_dirl" if name == "eval_no_irl" and self._no_irl_is_full() else name
+
+    @property
+    def second_eval_data(self) -> Path:
+        return self.stage_dir("data") / "eval_2"
 
     def _data(self, folder: Path, families: list[str] | None) -> None:
         data = self.config.data
         export(folder / "train", data.train_n, data.train_seed, families)
         export(folder / "eval", data.eval_n, data.eval_seed, families)
+        if data.second_eval_seed is not None:
+            export(folder / "eval_2", data.eval_n, data.second_eval_seed, families)
+
+    def _baseline(self, folder: Path) -> None:
+        """The constant-guess baseline of each held-out set, chosen on the training questions."""
+        train = read_samples(self.train_data)
+        held_out = {"eval": self.eval_data}
+        if self.config.data.second_eval_seed is not None:
+            held_out["eval_2"] = self.second_eval_data
+        guesses = {
+            name: {
+                key: guess.to_dict()
+                for key, guess in constant_guesses(
+                    train, _first_of_each(read_samples(path), self.config.eval_limit)
+                ).items()
+            }
+            for name, path in held_out.items()
+        }
+        (folder / BASELINE_FILE).write_text(json.dumps(guesses, indent=2) + "\n", encoding="utf-8")
 
     def _traces_config(self, teacher: dict[str, Any], out: Path, **extra: Any) -> TracesConfig:
         return TracesConfig.model_validate(
@@ -211,7 +292,9 @@ class DIRLRun:
         tiny = self.config.tiny
         build_tiny_vlm(folder, texts, **tiny.model_dump(), seed=self.config.seed)
 
-    async def _evaluate(self, model: Path, folder: Path) -> None:
+    async def _evaluate(
+        self, model: Path, folder: Path, *, data: Path | None = None, limit: int | None = None
+    ) -> None:
         from spacetools.agent.policies.hf import HFPolicy
 
         policy = HFPolicy(
@@ -220,9 +303,9 @@ class DIRLRun:
             max_new_tokens=self.config.eval_max_new_tokens,
         )
         config = EvalConfig(
-            data=self.eval_data,
+            data=data or self.eval_data,
             out=folder,
-            limit=self.config.eval_limit,
+            limit=limit or self.config.eval_limit,
             policy="hf",
             profile=self.config.profile,
             seed=self.config.seed,
@@ -285,6 +368,7 @@ class DIRLRun:
             teacher,
             folder / "traces.jsonl",
             benches=self._irl_benches,
+            limit=self.config.irl_traces_limit,
             max_turns=self.config.irl.get("max_turns", irl["max_turns"].default),
         )
         counts = await collect_traces_async(config)
@@ -337,45 +421,25 @@ class DIRLRun:
             await train_grpo_async(config, progress=progress)
 
 
-def valid_turn_rate(summary: Summary) -> float:
-    """The share of the model's turns in an evaluation that parsed as tool calls or an answer."""
-    turns = sum(bench.turns_mean * bench.n for bench in summary.benchmarks.values())
-    invalid = sum(bench.invalid_turns for bench in summary.benchmarks.values())
-    return 1.0 - invalid / turns if turns else 0.0
-
-
-def mean_headline(summary: Summary) -> float:
-    """The mean of the benchmarks' headline scores (the paper's ablation averages its benchmarks)."""
-    scores = [bench.metrics.get("headline", 0.0) for bench in summary.benchmarks.values()]
-    return sum(scores) / len(scores) if scores else 0.0
-
-
-def write_results(
-    out: Path, summaries: dict[str, Summary], folders: dict[str, str], gain: RewardGain | None
-) -> None:
-    """`results.json`: per evaluation (and the stage folder it read) the mean headline and valid-turn rate,
-    and stage 2's reward gain."""
-    results = {
-        "evaluations": {
-            EVALUATIONS[name]: {
-                "stage": folders[name],
-                "mean_headline": mean_headline(summary),
-                "valid_turn_rate": valid_turn_rate(summary),
-                "headline": {
-                    key: bench.metrics.get("headline", 0.0) for key, bench in summary.benchmarks.items()
-                },
-            }
-            for name, summary in summaries.items()
-        },
-        "stage2_reward_gain": gain.model_dump() if gain is not None else None,
-    }
-    (out / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+def _first_of_each(samples: list[Sample], limit: int | None) -> list[Sample]:
+    """The first `limit` samples of each benchmark, in file order (what an evaluation with `limit` scores)."""
+    seen: dict[str, int] = {}
+    kept = []
+    for sample in samples:
+        seen[sample.data_source] = seen.get(sample.data_source, 0) + 1
+        if limit is None or seen[sample.data_source] <= limit:
+            kept.append(sample)
+    return kept
 
 
 def run_dirl(config: DIRLConfig, out: Path, console: Console | None = None) -> dict[str, Summary]:
     """Run (or continue) DIRL into `out`; returns the evaluation summary after each stage."""
-    # Held-out questions must not be the training questions.
-    if config.data.train_seed == config.data.eval_seed:
-        raise ValueError("data.train_seed and data.eval_seed must differ (held-out questions)")
+    # Held-out questions must not be the training questions, nor one held-out set the other.
+    data = config.data
+    seeds = [seed for seed in (data.train_seed, data.eval_seed, data.second_eval_seed) if seed is not None]
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(
+            "data.train_seed, data.eval_seed and data.second_eval_seed must differ (held-out questions)"
+        )
     check_turn_limits(config)
     return asyncio.run(DIRLRun(config, out, console).run())

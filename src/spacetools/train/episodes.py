@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from spacetools.agent.policies.hf import convert_messages
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
-from spacetools.tools.models.language import has_vision
+from spacetools.kit.textonly import has_vision
 
 LOGPROB_CHUNK = 1024  # positions whose (chunk, V) logits exist at once while scoring an episode
 

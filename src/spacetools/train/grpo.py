@@ -27,7 +27,8 @@ from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
 from spacetools.bench.runlock import run_folder_lock
-from spacetools.tools.models.language import load_chat_processor, load_language_model
+from spacetools.kit.loading import load_processor, load_vlm
+from spacetools.kit.trainable import trainable_parameters
 from spacetools.toolshed import ToolProvider
 from spacetools.toolshed.client import RemoteToolshed
 from spacetools.toolshed.shed import Toolshed
@@ -45,26 +46,29 @@ from spacetools.train.config import GRPOConfig, TracesConfig, record_config
 from spacetools.train.episodes import forward_logprobs
 from spacetools.train.objectives import group_advantages, grpo_loss
 from spacetools.train.sampler import TracingPolicy
-from spacetools.train.trainable import load_for_training, trainable_parameters
 
 CHECKPOINT_DIR = "checkpoint"
 Progress = Callable[[int, int, dict[str, Any]], None]
 
 
 def load_policy_model(path: Path, config: GRPOConfig, *, resume: bool) -> Any:
-    """The model GRPO trains, with the weights `config.trainable` names requiring gradients."""
-    dtype = getattr(torch, config.dtype)
-    model = load_for_training(path, config.trainable, config.lora, resume=resume, dtype=dtype)
-    model.to(config.device)
-    if config.gradient_checkpointing:
-        model.activation_checkpointing_enable()
-    return model
+    """The model GRPO trains, with the weights `config.trainable` names requiring gradients.
+
+    `resume`: `path` is the run's own checkpoint, whose adapter (with `lora`) keeps training.
+    """
+    return load_vlm(
+        path,
+        device=config.device,
+        dtype=config.dtype,
+        trainable=config.trainable,
+        lora=None if resume else config.lora,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
 
 
 def load_reference(config: GRPOConfig) -> Any:
     """The frozen starting model of the KL penalty (an adapter merged into its base)."""
-    model = load_language_model(config.model, dtype=getattr(torch, config.dtype))
-    return model.to(config.device).requires_grad_(False).eval()
+    return load_vlm(config.model, device=config.device, dtype=config.dtype)
 
 
 @contextlib.asynccontextmanager
@@ -130,7 +134,7 @@ async def _train_grpo(
     record_config(config, config.out, resume=resume)
     torch.manual_seed(config.seed)
     samples = list(load_samples(config.data, config.benches, config.limit).items())
-    processor = load_chat_processor(config.model)
+    processor = load_processor(config.model)
     checkpoint = config.out / CHECKPOINT_DIR
     state = load_checkpoint(checkpoint) if resume else None
     model = load_policy_model(checkpoint / MODEL_DIR if state else config.model, config, resume=bool(state))

@@ -9,6 +9,11 @@ never given cannot be imitated at all and is never trained.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+from spacetools.agent.protocol import without_thoughts
 from spacetools.bench.spatialsim import FAMILIES
 from spacetools.train.config import DIRLConfig, GRPOConfig, TracesConfig
 
@@ -58,3 +63,36 @@ def check_turn_limits(config: DIRLConfig) -> None:
             "families this config cannot train (set data.families, or raise the limits): "
             + "; ".join(problems)
         )
+
+
+def longest_teacher_turn(traces: Path, tokenizer: Any, thoughts: str) -> dict[str, int]:
+    """The most tokens the teacher wrote in one turn, per family, as the student is trained on it."""
+    longest: dict[str, int] = {}
+    for line in traces.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        for message in row["messages"]:
+            if message["role"] != "assistant" or not isinstance(message["content"], str):
+                continue
+            text = without_thoughts(message["content"]) if thoughts == "empty" else message["content"]
+            tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            longest[row["family"]] = max(longest.get(row["family"], 0), tokens)
+    return longest
+
+
+def check_token_limits(config: DIRLConfig, traces: Path, tokenizer: Any) -> None:
+    """Refuse a run whose per-turn token limits would cut the teacher's turns short: a perfect imitator
+    whose tool call is truncated scores 0 (cvb2drelation's two calls in one turn take about 90 tokens)."""
+    limits = {
+        "eval_max_new_tokens": config.eval_max_new_tokens,
+        "grpo.max_new_tokens": int(
+            config.grpo.get("max_new_tokens", GRPOConfig.model_fields["max_new_tokens"].default)
+        ),
+    }
+    problems = [
+        f"{family}: a teacher turn takes {tokens} tokens, more than {name} {limit}"
+        for family, tokens in sorted(longest_teacher_turn(traces, tokenizer, config.teacher_thoughts).items())
+        for name, limit in limits.items()
+        if tokens > limit
+    ]
+    if problems and config.turn_check:
+        raise ValueError("the per-turn token limits cut the teacher's turns short: " + "; ".join(problems))

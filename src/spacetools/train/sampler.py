@@ -19,7 +19,7 @@ import torch
 from spacetools.agent.policies.hf import convert_messages
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
 from spacetools.agent.types import EpisodeState
-from spacetools.tools.models.language import has_vision
+from spacetools.kit.textonly import has_vision
 from spacetools.train.episodes import Example, join_vision, vision_token_ids
 from spacetools.train.objectives import token_entropy
 

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from spacetools.bench.runlock import run_folder_lock
-from spacetools.tools import imagecodec
-from spacetools.tools.models.language import load_chat_processor
+from spacetools.kit import imagecodec
+from spacetools.kit.loading import load_processor, load_vlm
+from spacetools.kit.trainable import trainable_parameters
 from spacetools.train.checkpoint import (
     METRICS_FILE,
     MODEL_DIR,
@@ -30,7 +31,6 @@ from spacetools.train.checkpoint import (
 )
 from spacetools.train.config import SFTConfig, record_config
 from spacetools.train.episodes import Example, encode_episode, forward_logprobs
-from spacetools.train.trainable import load_for_training, trainable_parameters
 
 CHECKPOINT_DIR = "checkpoint"
 
@@ -66,7 +66,7 @@ def _train_sft(config: SFTConfig, *, resume: bool, progress: Any) -> Path:
 
     record_config(config, config.out, resume=resume)
     torch.manual_seed(config.seed)
-    processor = load_chat_processor(config.model)
+    processor = load_processor(config.model)
     rows = read_traces(config.data)
     examples = []
     for row in rows:
@@ -82,17 +82,15 @@ def _train_sft(config: SFTConfig, *, resume: bool, progress: Any) -> Path:
     checkpoint = config.out / CHECKPOINT_DIR
     state = load_checkpoint(checkpoint) if resume else None
     model_path = checkpoint / MODEL_DIR if state is not None else config.model
-    model = load_for_training(
+    model = load_vlm(
         model_path,
-        config.trainable,
-        config.lora,
-        resume=state is not None,
-        dtype=getattr(torch, config.dtype),
+        device=config.device,
+        dtype=config.dtype,
+        trainable=config.trainable,
+        lora=None if state is not None else config.lora,  # a resumed run's adapter keeps training
         freeze_vision=config.freeze_vision,
+        gradient_checkpointing=config.gradient_checkpointing,
     )
-    model.to(config.device)
-    if config.gradient_checkpointing:
-        model.activation_checkpointing_enable()
     model.train()
     trainable = trainable_parameters(model)
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)

@@ -27,8 +27,8 @@ from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.evaluate import episode_input, load_samples
 from spacetools.bench.progress import progress_bar
+from spacetools.kit import imagecodec
 from spacetools.rewards.benchmarks import benchmark
-from spacetools.tools import imagecodec
 from spacetools.toolshed import ToolProvider
 from spacetools.train.config import Thoughts, TracesConfig
 from spacetools.train.grpo import tool_provider

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from chat_server import RespondingChatServer
-from spacetools.tools.definition import ToolContext, invoke_tool_method, tool_specs
+from spacetools.kit.definition import ToolContext, invoke_tool_method, tool_specs
 from spacetools.tools.depth import DepthEstimatorTool
 from spacetools.tools.grasp import GraspGeneratorTool, search_grasps
 from spacetools.tools.models.depth import DepthAnythingTool, DepthProTool

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spacetools.tools.definition import ToolError
+from spacetools.kit.definition import ToolError
 from spacetools.tools.models.points import parse_points, prompt_for
 
 

@@ -21,14 +21,9 @@ import numpy as np
 from PIL import Image
 
 from spacetools.agent.chat import TOOL_RESPONSE_OPEN, to_chat_messages
-from spacetools.tools import imagecodec
-from spacetools.tools.models.language import (
-    TEXT_ONLY_NOTE,
-    has_vision,
-    image_note,
-    load_chat_processor,
-    load_language_model,
-)
+from spacetools.kit import imagecodec
+from spacetools.kit.loading import load_processor, load_vlm
+from spacetools.kit.textonly import TEXT_ONLY_NOTE, has_vision, image_note
 
 if TYPE_CHECKING:
     from spacetools.agent.types import EpisodeState
@@ -131,12 +126,10 @@ class HFPolicy:
         if temperature < 0 or batch_wait_ms < 0:
             raise ValueError("hf policy: temperature and batch_wait_ms must not be negative")
 
-        import torch
-
         self.name = f"hf:{path.name}"
         self.batch_size = batch_size
         self.batch_wait_s = batch_wait_ms / 1000
-        self.processor = load_chat_processor(path)
+        self.processor = load_processor(path)
         self.vision = has_vision(self.processor)
         self.tokenizer = self.processor.tokenizer
         # Decoder-only batches must be padded on the left so every prompt ends where generation starts.
@@ -146,10 +139,7 @@ class HFPolicy:
             raise ValueError(f"hf policy: {model_path!r} has no chat template")
         self.native_tool_role = template_renders_tool_role(chat_template)
 
-        torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
-        self.model: Any = load_language_model(path, dtype=torch_dtype)
-        self.model.to(device)
-        self.model.eval()
+        self.model: Any = load_vlm(path, device=device, dtype=dtype)
         self.generation_config = _generation_config(self.model, self.tokenizer, max_new_tokens, temperature)
 
         self._batcher: _Batcher | None = None

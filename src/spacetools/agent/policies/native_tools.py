@@ -22,8 +22,8 @@ from typing import Any
 
 from spacetools.agent.protocol import PROMPT_ANSWER_AND_CONVENTIONS, PROMPT_INTRO
 from spacetools.agent.types import EpisodeState
-from spacetools.tools.definition import ToolSpec
-from spacetools.tools.function_names import FUNCTION_NAME_RE, FunctionNames
+from spacetools.kit.definition import ToolSpec
+from spacetools.kit.function_names import FUNCTION_NAME_RE, FunctionNames
 
 NATIVE_SYSTEM_PROMPT = (
     PROMPT_INTRO

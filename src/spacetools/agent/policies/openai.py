@@ -24,8 +24,8 @@ import openai
 from spacetools.agent.chat import to_chat_messages
 from spacetools.agent.policies.native_tools import NativeToolCalling
 from spacetools.agent.types import EpisodeState
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import ToolSpec
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import ToolSpec
 
 
 class _DataUrlCache:

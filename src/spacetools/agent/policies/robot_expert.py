@@ -22,7 +22,7 @@ from typing import Any, Literal
 from spacetools.agent.policies.scripted.replay import ToolOutcome, tool_batches
 from spacetools.agent.types import EpisodeState
 
-# How a simulated tool's transient failure reads (`tools.realism`); such a call is worth one more try.
+# How a simulated tool's transient failure reads (`sim.realism`); such a call is worth one more try.
 _TRANSIENT = "retry the call"
 _NEAR_RE = re.compile(r"pick up the (?P<name>.+?) (?P<which>closer to|farther from) the camera", re.I)
 _ONE_OF_TWO_RE = re.compile(r"pick up the (?P<which>left|right) one of the two (?P<names>.+?)[.?!]*$", re.I)

@@ -10,7 +10,9 @@ benchmark's score with its 95% interval, tool calls and failures; the samples ca
 benchmark and outcome and sorted failures first. Pictures are embedded as WebP thumbnails (the page
 alone can be mailed); each sample's picture at full size is a JPEG in ``report_files/`` beside it.
 
-Modules: :mod:`~spacetools.bench.report.drawing` (a sample's picture),
+The tools' geometry is drawn from each call's structured ``value``, under the keys its tool method
+declared (``@tool_method(geometry=…)``). The HTML comes from the Jinja2 templates ``report*.html`` in
+``bench/templates/``. Modules: :mod:`~spacetools.bench.report.drawing` (a sample's picture),
 :mod:`~spacetools.bench.report.toolchain` (the calls), :mod:`~spacetools.bench.report.images`
 (thumbnails and side files), :mod:`~spacetools.bench.report.plots`,
 :mod:`~spacetools.bench.report.browse` (filter and sort) and :mod:`~spacetools.bench.report.page`.

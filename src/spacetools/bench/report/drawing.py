@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from spacetools.bench.pages import printable
 from spacetools.rewards import BENCHMARKS
 from spacetools.rewards.formats import (
     BOX_CORNERS,
@@ -43,12 +44,6 @@ def answer_kind(data_source: str, ground_truth: str) -> str:
     boxes), or ``text`` for a data source the registry does not know."""
     entry = BENCHMARKS.get(data_source)
     return entry.drawing(ground_truth) if entry is not None else "text"
-
-
-def printable(text: str) -> str:
-    """``text`` with what UTF-8 cannot hold (a lone surrogate a model wrote) replaced, so that it can be
-    drawn and written."""
-    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _pixels(

@@ -14,7 +14,7 @@ import re
 
 from PIL import Image
 
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 
 SIDE_FOLDER = "report_files"
 TOOL_THUMBNAIL_WIDTH = 200  # the stored tool pictures are 320 pixels wide: the side file has those

@@ -1,16 +1,16 @@
 """A sample's tool chain in the report: each call with its arguments, result text, status, latency and
 the pictures it made, plus a zoomed drawing of the geometry a box fit or a grasp reported.
 
-Geometry comes from a call's structured ``value`` (``ToolResult.value``: ``points``, ``corners_2d``,
-``points_2d``); rows written before calls recorded it are read from the result text with the answer
-readers of :mod:`spacetools.rewards.formats`.
+What is geometry, and where, is the tool's own declaration: each call record carries the keys of its
+structured ``value`` that hold geometry and their kinds (``ToolCallRecord.geometry``, from the tool
+method's ``@tool_method(geometry=…)``). The report reads those keys only: no tool names, no result text.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,25 +18,20 @@ from PIL import Image, ImageDraw
 
 from spacetools.agent.protocol import truncate_middle
 from spacetools.bench.dataset import Sample
-from spacetools.bench.report.drawing import (
-    FULL,
-    TOOL_POINT,
-    crop,
-    draw_geometry,
-    printable,
-    square_around,
-)
+from spacetools.bench.report.drawing import FULL, TOOL_POINT, crop, draw_geometry, square_around
 from spacetools.bench.report.images import ReportImages
-from spacetools.rewards.formats import BOX_CORNERS, GRASP_LABELS, format_grasp, format_points, parse_points
+from spacetools.rewards.formats import BOX_CORNERS, GRASP_LABELS, format_grasp, format_points
 
 TOOL_IMAGE_WIDTH = 320
 RESULT_CHARS = 600
-POINTING_TOOLS = ("roborefer.detect_one", "roborefer.detect_all", "vlm.detect_one", "vlm.detect_all")
-BOX_TOOL = "bounding_box.compute_bbox"
-GRASP_TOOL = "grasp_generator.compute_grasp"
-# Where the points follow in result texts written before tools returned structured values.
-_BOX_2D_LABEL = "Corners in normalized image coordinates:"
-_GRASP_2D_LABEL = "Projected 2D gripper points:"
+#: How many points each declared geometry kind holds (None: any number).
+POINT_COUNTS: dict[str, int | None] = {"points": None, "corners": BOX_CORNERS, "grasp": len(GRASP_LABELS)}
+#: The kinds drawn as a zoomed picture in the call's row (``points`` go on the sample's picture), and
+#: the picture's caption. A box fit returns no picture; a grasp's own is too small to read the gripper.
+ZOOMED_CAPTIONS = {
+    "corners": "the fitted box's image corners (zoomed, drawn by the report)",
+    "grasp": "the grasp's gripper points (zoomed, drawn by the report)",
+}
 
 Points = list[tuple[float, float]]
 
@@ -56,49 +51,39 @@ def _value_points(value: Any, key: str, count: int | None = None) -> Points | No
     return [(float(x), float(y)) for x, y in points]
 
 
-def _text_points(text: str, label: str, count: int) -> Points | None:
-    """The ``count`` points on the line after ``label`` in an older result text, or None."""
-    _, found, rest = text.partition(label)
-    points = parse_points(rest.split("\n", 1)[0]) if found else []
-    return points if len(points) == count else None
-
-
-def pointed_points(call: Mapping[str, Any]) -> Points:
-    """The points a pointing tool call reported (empty for other calls and failed ones)."""
-    if call["name"] not in POINTING_TOOLS or call["is_error"]:
+def declared_geometry(call: Mapping[str, Any]) -> list[tuple[str, Points]]:
+    """``(kind, points)`` for each key of a successful call's ``value`` its tool declared as geometry,
+    where the value holds readable points of that kind (nothing for a failed call)."""
+    declared = call.get("geometry")
+    if call.get("is_error") or not isinstance(declared, Mapping):
         return []
-    from_value = _value_points(call.get("value"), "points")
-    return from_value if from_value is not None else parse_points(call["result_text"])
+    found = []
+    for key, kind in declared.items():
+        if isinstance(key, str) and isinstance(kind, str) and kind in POINT_COUNTS:
+            points = _value_points(call.get("value"), key, POINT_COUNTS[kind])
+            if points is not None:
+                found.append((kind, points))
+    return found
 
 
-def tool_geometry(name: str, result_text: str, value: Any = None) -> tuple[str, Points] | None:
-    """``("corners", 8 points)`` for a box fit, ``("grasp", 5 points)`` for a grasp, else None."""
-    if name == BOX_TOOL:
-        corners = _value_points(value, "corners_2d", BOX_CORNERS) or _text_points(
-            result_text, _BOX_2D_LABEL, BOX_CORNERS
-        )
-        return ("corners", corners) if corners is not None else None
-    if name == GRASP_TOOL:
-        count = len(GRASP_LABELS)
-        grasp = _value_points(value, "points_2d", count) or _text_points(result_text, _GRASP_2D_LABEL, count)
-        return ("grasp", grasp) if grasp is not None else None
-    return None
+def tool_points(trajectory: Mapping[str, Any]) -> Sequence[tuple[float, float]]:
+    """Every point the episode's calls reported as ``points`` geometry (the pointing tools')."""
+    return [
+        point
+        for call in trajectory["tool_calls"]
+        for kind, points in declared_geometry(call)
+        if kind == "points"
+        for point in points
+    ]
 
 
-def tool_geometry_picture(
-    image: np.ndarray, name: str, result_text: str, value: Any = None
-) -> tuple[Image.Image, str] | None:
-    """A zoomed view of the geometry a box fit or a grasp reports (its structured ``value``, else its
-    result text), drawn by the report (a box fit returns no picture; a grasp's own picture is too
-    small to read the gripper), and its caption; None for other tools or no readable geometry."""
-    geometry = tool_geometry(name, result_text, value)
-    if geometry is None:
+def tool_geometry_picture(image: np.ndarray, kind: str, points: Points) -> tuple[Image.Image, str] | None:
+    """A zoomed view of a box's corners or a grasp's gripper points on ``image``, drawn by the report,
+    and its caption; None for the other kinds."""
+    caption = ZOOMED_CAPTIONS.get(kind)
+    if caption is None:
         return None
-    kind, points = geometry
-    if kind == "grasp":
-        text, caption = format_grasp(points), "the grasp's gripper points (zoomed, drawn by the report)"
-    else:
-        text, caption = format_points(points), "the fitted box's image corners (zoomed, drawn by the report)"
+    text = format_grasp(points) if kind == "grasp" else format_points(points)
     region = square_around(points) or FULL
     canvas = crop(Image.fromarray(image), region)
     canvas = canvas.resize((TOOL_IMAGE_WIDTH, max(1, round(canvas.height * TOOL_IMAGE_WIDTH / canvas.width))))
@@ -106,80 +91,59 @@ def tool_geometry_picture(
     return canvas, caption
 
 
-Picture = tuple[str, str, str | None]  # data URL, caption, the full size's side file
+@dataclass(frozen=True)
+class Picture:
+    """A picture in the chain: its thumbnail, caption and full size's side file (None: none)."""
+
+    url: str
+    caption: str
+    link: str | None = None
 
 
-def _tool_pictures(
-    row: Mapping[str, Any], sample: Sample | None, images: ReportImages
-) -> list[list[Picture]]:
-    """Per tool call, its pictures: those the tool returned (a thumbnail, the stored picture a side
-    file), then for a box fit or a grasp a zoomed view of its geometry (:func:`tool_geometry_picture`)."""
-    trajectory = row["trajectory"]
+@dataclass(frozen=True)
+class ChainRow:
+    """One call as the chain's table shows it."""
+
+    turn: int
+    name: str
+    arguments: str
+    result: str
+    is_error: bool
+    latency_ms: float
+    pictures: list[Picture]
+
+
+def _call_pictures(
+    row: Mapping[str, Any], call: Mapping[str, Any], sample: Sample | None, images: ReportImages
+) -> list[Picture]:
+    """A call's pictures: those the tool returned (a thumbnail, the stored picture a side file), then
+    a zoomed view of each box or grasp it reported (:func:`tool_geometry_picture`)."""
     thumbnails = row.get("tool_images", [])
-    first = int(trajectory.get("task_image_count", 1))
-    pictures: list[list[Picture]] = []
-    for call in trajectory["tool_calls"]:
-        indices = [i - first for i in call.get("image_indices", []) if 0 <= i - first < len(thumbnails)]
-        shown: list[Picture] = []
-        for i in indices:
-            url, link = images.tool_picture(thumbnails[i], f"{row['id']}-tool-{i}")
-            shown.append((url, f"{call['name']} returned this picture", link))
-        if sample is not None and not call["is_error"]:
-            drawn = tool_geometry_picture(
-                sample.images[0], call["name"], call["result_text"], call.get("value")
-            )
+    first = int(row["trajectory"].get("task_image_count", 1))
+    pictures = []
+    for i in call.get("image_indices", []):
+        if 0 <= i - first < len(thumbnails):
+            url, link = images.tool_picture(thumbnails[i - first], f"{row['id']}-tool-{i - first}")
+            pictures.append(Picture(url, f"{call['name']} returned this picture", link))
+    if sample is not None:
+        for kind, points in declared_geometry(call):
+            drawn = tool_geometry_picture(sample.images[0], kind, points)
             if drawn is not None:
-                shown.append((images.thumbnail(drawn[0]), drawn[1], None))
-        pictures.append(shown)
+                pictures.append(Picture(images.thumbnail(drawn[0]), drawn[1]))
     return pictures
 
 
-def escape(text: str) -> str:
-    """HTML-escaped, printable text (see :func:`~spacetools.bench.report.drawing.printable`)."""
-    return html.escape(printable(text))
-
-
-def _picture_html(url: str, caption: str, link: str | None) -> str:
-    """A picture in the chain, opening its full size on a click when it has a side file."""
-    picture = f"<img class='thumb' src='{url}' alt='{escape(caption)}' title='{escape(caption)}'>"
-    return f"<a href='{escape(link)}' target='_blank'>{picture}</a>" if link else picture
-
-
-def tool_chain_html(row: Mapping[str, Any], sample: Sample | None, images: ReportImages | None = None) -> str:
+def tool_chain(row: Mapping[str, Any], sample: Sample | None, images: ReportImages) -> list[ChainRow]:
     """Each call of the episode: turn, tool, arguments, result text, status, latency and pictures."""
-    trajectory = row["trajectory"]
-    if not trajectory["tool_calls"]:
-        return "<p class='muted'>no tool calls</p>"
-    images = images if images is not None else ReportImages(side_files=False)
-    rows = []
-    for call, pictures in zip(trajectory["tool_calls"], _tool_pictures(row, sample, images), strict=True):
-        status = "<span class='err'>error</span>" if call["is_error"] else "ok"
-        thumbnails = "".join(_picture_html(*picture) for picture in pictures)
-        rows.append(
-            "<tr>"
-            f"<td>{call['turn']}</td><td><code>{escape(call['name'])}</code></td>"
-            f"<td><code>{escape(json.dumps(call['arguments']))}</code></td>"
-            f"<td><pre>{escape(truncate_middle(call['result_text'], RESULT_CHARS))}</pre></td>"
-            f"<td>{status}</td><td>{1000 * float(call['latency_s']):.0f} ms</td><td>{thumbnails}</td>"
-            "</tr>"
+    return [
+        ChainRow(
+            turn=call["turn"],
+            name=call["name"],
+            arguments=json.dumps(call["arguments"]),
+            result=truncate_middle(call["result_text"], RESULT_CHARS),
+            is_error=bool(call["is_error"]),
+            latency_ms=1000 * float(call["latency_s"]),
+            pictures=_call_pictures(row, call, sample, images),
         )
-    # Rows written before calls recorded their pictures: show the pictures together after the chain.
-    unplaced = ""
-    if row.get("tool_images") and not any(call.get("image_indices") for call in trajectory["tool_calls"]):
-        for i, stored in enumerate(row["tool_images"]):
-            url, link = images.tool_picture(stored, f"{row['id']}-tool-{i}")
-            unplaced += _picture_html(url, "tool picture", link)
-    return (
-        "<table class='chain'><colgroup><col style='width:40px'><col style='width:150px'>"
-        "<col style='width:190px'><col><col style='width:40px'><col style='width:64px'>"
-        "<col style='width:330px'></colgroup><tr><th>turn</th><th>tool</th><th>arguments</th>"
-        "<th>result</th><th></th><th>latency</th><th>picture</th></tr>"
-        + "".join(rows)
-        + "</table>"
-        + unplaced
-    )
-
-
-def tool_points(trajectory: Mapping[str, Any]) -> Sequence[tuple[float, float]]:
-    """Every point the episode's pointing tools reported."""
-    return [point for call in trajectory["tool_calls"] for point in pointed_points(call)]
+        for call in row["trajectory"]["tool_calls"]
+    ]

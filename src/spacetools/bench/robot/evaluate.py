@@ -1,6 +1,6 @@
 """Run a policy on the robot task suite with live tools and score each episode on the world's truth.
 
-The V1 tools run as usual; the robot tool runs in this process over a `SimulatedRobots` pool, so
+The V1 tools run as usual; the robot tool runs in this process over a `RobotWorlds` pool, so
 that after each episode the evaluation can read the world it left behind (the truth never goes
 through the tools). Output folder: `run.json` (the settings), `episodes.jsonl` (one row per episode:
 task, outcome, timing, trajectory), `summary.json` (per category), `report.html` and per-episode motion
@@ -28,10 +28,9 @@ from spacetools.bench.robot.tasks import CATEGORIES, RobotTask
 from spacetools.bench.runfolder import read_rows, repair_samples
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
-from spacetools.tools.robot.simulated import SimulatedRobots
-from spacetools.tools.robot.tool import RobotTool
+from spacetools.sim.robotworlds import RobotWorlds
 from spacetools.toolshed import ToolDeployment, Toolshed
-from spacetools.toolshed.toolsets import V1, with_profile
+from spacetools.toolshed.toolsets import ROBOT, V1, with_profile
 
 EPISODES_FILE = "episodes.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -123,23 +122,20 @@ def summarize(results: list[EpisodeResult]) -> list[CategorySummary]:
     return summaries
 
 
-def robot_toolset(robots: SimulatedRobots) -> list[ToolDeployment]:
-    """V1 as usual, and the robot in this process over `robots` (one instance: pybullet is one lock)."""
-    robot = ToolDeployment(
-        tool=RobotTool, instances=1, backend="inprocess", timeout_s=300, config={"robots": robots}
-    )
+def robot_toolset(worlds: RobotWorlds) -> list[ToolDeployment]:
+    """V1 as usual, and the robot in this process over `worlds` (one instance: pybullet is one lock)."""
+    robot = ROBOT.model_copy(update={"instances": 1, "backend": "inprocess", "config": {"worlds": worlds}})
     return [*V1, robot]
 
 
 async def run_robot_episode(
-    policy: Policy, toolshed: Toolshed, robots: SimulatedRobots, task: RobotTask, max_turns: int, seed: int
+    policy: Policy, toolshed: Toolshed, worlds: RobotWorlds, task: RobotTask, max_turns: int, seed: int
 ) -> EpisodeResult:
     """Run one task, then score it on the world it left and free that world."""
     started = time.perf_counter()
     trajectory = await run_episode(policy, toolshed, task.episode_input(), max_turns=max_turns, seed=seed)
     wall_s = time.perf_counter() - started
-    robot = robots.find_by_scene(task.scene)
-    world = robot.world if robot is not None else None
+    world = worlds.find_by_scene(task.scene)
     outcome = check(task, world)
     first = world.log.first_motion_at if world is not None else None
     result = EpisodeResult(
@@ -152,8 +148,8 @@ async def run_robot_episode(
         step_wall_s=world.log.step_wall_s if world is not None else 0.0,
         frames=list(world.log.frames) if world is not None else [],
     )
-    if robot is not None:
-        robots.release(robot)
+    if world is not None:
+        worlds.release(world)
     return result
 
 
@@ -243,11 +239,11 @@ async def _evaluate_robot(
     on_result: Callable[[EpisodeResult], None] | None,
 ) -> list[EpisodeResult]:
     profile, seed, max_turns = settings["profile"], settings["seed"], settings["max_turns"]
-    robots = SimulatedRobots(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
+    worlds = RobotWorlds(max_worlds=max(8, 2 * concurrency), keep_closed=True)  # scored after close
     semaphore = asyncio.Semaphore(concurrency)
 
     logger.info("robot evaluation of %s: %d tasks, %s tools, seed %d", policy.name, len(tasks), profile, seed)
-    async with Toolshed(with_profile(robot_toolset(robots), profile), seed=seed) as toolshed:
+    async with Toolshed(with_profile(robot_toolset(worlds), profile), seed=seed) as toolshed:
 
         async def one(task_or_builder: RobotTask | Callable[[], RobotTask]) -> EpisodeResult:
             async with semaphore:
@@ -259,7 +255,7 @@ async def _evaluate_robot(
                 if task.id in done:
                     result = EpisodeResult.from_row(task, done[task.id])
                 else:
-                    result = await run_robot_episode(policy, toolshed, robots, task, max_turns, seed)
+                    result = await run_robot_episode(policy, toolshed, worlds, task, max_turns, seed)
                     _log_episode(result)
                     if out is not None:
                         with (out / EPISODES_FILE).open("a") as stream:
@@ -271,7 +267,7 @@ async def _evaluate_robot(
         try:
             results = list(await asyncio.gather(*(one(task) for task in tasks)))
         finally:
-            robots.close()
+            worlds.close()
     if out is not None:
         from spacetools.bench.robot.report import write_robot_report
 

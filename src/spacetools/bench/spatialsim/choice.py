@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy import ndimage
 
 from spacetools.bench.spatialsim import templates
 from spacetools.bench.spatialsim.context import SceneContext
@@ -18,6 +17,7 @@ from spacetools.bench.spatialsim.question import Question
 from spacetools.bench.spatialsim.relations import CLOSER_MARGIN, image_relation, mask_depth
 from spacetools.rewards.formats import format_choice
 from spacetools.sim.groundtruth import ObjectTruth
+from spacetools.sim.masks import inside_distance
 
 OPPOSITE_2D = {"left": "right", "right": "left", "above": "below", "below": "above"}
 #: A marked point sits at least this share of the object's deepest inside distance from its border.
@@ -26,7 +26,7 @@ MARKER_INTERIOR = 0.5
 
 def _marker_pixel(truth: ObjectTruth, rng: np.random.Generator) -> tuple[int, int]:
     """A pixel (x, y) well inside the object's mask, so the marker clearly sits on it."""
-    distance = ndimage.distance_transform_edt(np.pad(truth.mask, 1))[1:-1, 1:-1]
+    distance = inside_distance(truth.mask)
     ys, xs = np.nonzero(distance >= MARKER_INTERIOR * distance.max())
     k = int(rng.integers(len(xs)))
     return int(xs[k]), int(ys[k])

@@ -10,8 +10,8 @@ import shapely
 from PIL import Image, ImageDraw, ImageFont
 
 from spacetools.bench.dataset import Sample
+from spacetools.kit.imagecodec import decode_mask
 from spacetools.rewards.formats import BOX_EDGES, GRASP_EDGES, parse_boxes, parse_grasp, parse_points
-from spacetools.tools.imagecodec import decode_mask
 
 Color = tuple[int, int, int]
 MARKER_RADIUS = 9

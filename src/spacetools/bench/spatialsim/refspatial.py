@@ -12,11 +12,11 @@ from spacetools.bench.spatialsim.context import SceneContext
 from spacetools.bench.spatialsim.question import Question
 from spacetools.bench.spatialsim.relations import relation_holds
 from spacetools.bench.spatialsim.robospatial import side_phrase
+from spacetools.kit.imagecodec import to_data_url
 from spacetools.rewards.formats import format_points
 from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.observation import SIDES
-from spacetools.tools.imagecodec import to_data_url
-from spacetools.tools.referring import interior_point
+from spacetools.sim.referring import interior_point
 
 #: The smallest free-space mask (pixels) worth asking about.
 MIN_PLACEMENT_PIXELS = 400

@@ -16,7 +16,7 @@ from spacetools.bench.spatialsim.relations import RELATIONS, relation_holds
 from spacetools.rewards.formats import format_points, format_yes_no
 from spacetools.sim.freespace import compatibility, vacant_region
 from spacetools.sim.observation import SIDES
-from spacetools.tools.referring import interior_point
+from spacetools.sim.referring import interior_point
 
 QA_TYPES = ("configuration", "compatibility", "vacant")
 #: Vacant ground truth (scored by the convex hull of its points, as RoboSpatial's are; the original lists

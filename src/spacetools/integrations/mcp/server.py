@@ -3,12 +3,13 @@
 An MCP client works in sessions, as the rollout does: it opens one with its images, calls tools on it,
 and closes it. Three tools manage sessions, and every Toolshed tool method is one MCP tool:
 
-- ``open_session(images, scenes=None, seed=None)``: images as PNG/JPEG data URLs (or, over stdio, file
-  paths), with the scene spec JSON of each simulated image; answers the ``session_id``;
-- ``add_image(session_id, image, scene=None)``: one more image, answering its ``image_index``;
+- ``open_session(images, attachments=None, seed=None)``: images as PNG/JPEG data URLs (or, over stdio,
+  file paths), with each image's attachment (its metadata for the tools, e.g. ``{"scene": <scene spec
+  JSON>}`` for a simulated image); answers the ``session_id``;
+- ``add_image(session_id, image, attachment=None)``: one more image, answering its ``image_index``;
 - ``close_session(session_id)``;
 - each tool method, named as function-calling APIs accept (``sam2.segment_from_point`` becomes
-  ``sam2-segment_from_point``, see :class:`~spacetools.tools.function_names.FunctionNames`), takes the
+  ``sam2-segment_from_point``, see :class:`~spacetools.kit.function_names.FunctionNames`), takes the
   tool's own arguments plus ``session_id``. Its result is the tool's text, then the images it made as
   image content; those images join the session under the indices the text names. Tool failures are
   results with ``isError`` set, as the model would read them in the rollout.
@@ -38,12 +39,12 @@ from pydantic import ConfigDict
 from starlette.applications import Starlette
 
 from spacetools.agent.protocol import image_note
-from spacetools.tools import imagecodec
-from spacetools.tools.definition import ToolResult, ToolSpec
-from spacetools.tools.function_names import FunctionNames
+from spacetools.kit import imagecodec
+from spacetools.kit.definition import ToolResult, ToolSpec
+from spacetools.kit.function_names import FunctionNames
 from spacetools.toolshed.http import BearerTokenMiddleware
 from spacetools.toolshed.limits import ServerLimits
-from spacetools.toolshed.session import MemoryLimitError, TooManySessionsError
+from spacetools.toolshed.session import TooManySessionsError
 from spacetools.toolshed.shed import Session, Toolshed
 
 __all__ = ["MAX_LOGGED_CHARS", "SESSION_ID", "create_mcp_server", "shorten_log_lines", "streamable_http_app"]
@@ -93,36 +94,40 @@ class _Front:
             raise ToolError(f"cannot read the image {data[:40]!r}: {exc}") from None
 
     async def open_session(
-        self, images: list[str], scenes: list[str | None] | None = None, seed: int | None = None
+        self,
+        images: list[str],
+        attachments: list[dict[str, Any] | None] | None = None,
+        seed: int | None = None,
     ) -> str:
         """Open a Toolshed session with the task's images; every tool call names it.
 
         Args:
             images: The images, as PNG or JPEG data URLs (or file paths, when the server runs over stdio).
-            scenes: The scene spec JSON of each image of a simulated scene (null for the others).
+            attachments: Each image's metadata for the tools (null for none), e.g. {"scene": "<scene spec
+                JSON>"} for an image of a simulated scene.
             seed: The session seed (reproducible tool noise).
         """
         arrays = [await self.image(image) for image in images]
         try:
-            attachments = None if scenes is None else [_scene_attachment(scene) for scene in scenes]
             session = self.toolshed.open_session(arrays, attachments, seed)
         except (TooManySessionsError, ValueError) as exc:  # a MemoryLimitError too: each cap names itself
             raise ToolError(str(exc)) from None
         last = len(arrays) - 1
         return f"{SESSION_ID}: {session.id}\nimages: {len(arrays)} (image_index 0 to {last})"
 
-    async def add_image(self, session_id: str, image: str, scene: str | None = None) -> str:
+    async def add_image(self, session_id: str, image: str, attachment: dict[str, Any] | None = None) -> str:
         """Add an image to a session; answers its image_index.
 
         Args:
             session_id: The session from open_session.
             image: A PNG or JPEG data URL (or a file path, when the server runs over stdio).
-            scene: The image's scene spec JSON, if it shows a simulated scene.
+            attachment: The image's metadata for the tools, e.g. {"scene": "<scene spec JSON>"} if it
+                shows a simulated scene.
         """
         session = self.session({SESSION_ID: session_id})
         try:
-            index = session.add_image(await self.image(image), _scene_attachment(scene))
-        except MemoryLimitError as exc:
+            index = session.add_image(await self.image(image), attachment)
+        except ValueError as exc:  # a MemoryLimitError too
             raise ToolError(str(exc)) from None
         return f"image_index: {index}"
 
@@ -256,8 +261,3 @@ def _clipped(text: str) -> str:
     if len(text) <= MAX_LOGGED_CHARS:
         return text
     return f"{text[:MAX_LOGGED_CHARS]}… ({len(text):,} characters)"
-
-
-def _scene_attachment(scene: str | None) -> dict[str, Any] | None:
-    """The attachment that hands a simulated image's scene spec to the tools."""
-    return None if scene is None else {"scene": scene}

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import Annotated
 
 import numpy as np
-from fastapi import Body, FastAPI, HTTPException, Request, Response
+from fastapi import Body, FastAPI, HTTPException, Response
 from fastapi.exceptions import RequestValidationError
 from PIL import Image
 
 from spacetools.tools.robot.backend import MotionOutcome, RobotBackend, RobotMotionError, pose_problem
 from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES, TOKEN_ENV
-from spacetools.toolshed.http import BearerTokenMiddleware, SafeJSONResponse
+from spacetools.toolshed.http import BearerTokenMiddleware, SafeJSONResponse, invalid_body
 from spacetools.toolshed.limits import is_loopback
 
 __all__ = ["MIN_TOKEN_LENGTH", "check_exposure", "create_robot_app"]
@@ -54,14 +54,11 @@ def create_robot_app(
         default_response_class=SafeJSONResponse,
     )
     if token is not None:
-        app.add_middleware(BearerTokenMiddleware, token=token)
+        app.add_middleware(BearerTokenMiddleware, token=token, service="this robot")
     lock = threading.Lock()  # sync endpoints run in a thread pool; the arm does one thing at a time
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(_request: Request, exc: RequestValidationError) -> Response:
-        # As the Toolshed's: the default handler echoes the input, which may hold a NaN JSON cannot write.
-        errors = [{key: error.get(key) for key in ("type", "loc", "msg")} for error in exc.errors()]
-        return SafeJSONResponse({"detail": errors}, status_code=422)
+    # As the Toolshed's: the default handler echoes the input, which may hold a NaN JSON cannot write.
+    app.add_exception_handler(RequestValidationError, invalid_body)
 
     def motion(action: Callable[[], MotionOutcome]) -> MotionOutcome:
         with lock:

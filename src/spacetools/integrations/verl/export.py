@@ -6,7 +6,8 @@
 - ``overrides.txt``: the same settings as the trainer's command-line overrides, one per line
   (``python -m verl.trainer.main_ppo $(cat overrides.txt) …``);
 - with a data set, ``data/*.parquet``: its files with ``extra_info.tools_kwargs``, the ``create_kwargs``
-  verl hands each tool's ``create`` (a simulated question's scene, so the tools see the scene it shows).
+  verl hands each tool's ``create``: the attachments of the question's images (a simulated question's
+  scene, so the tools see the scene it shows).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import yaml
 
 from spacetools.agent.protocol import DEFAULT_MAX_TOOL_RESPONSE_CHARS
 from spacetools.bench.dataset import parquet_files
+from spacetools.kit.definition import ToolSpec
 from spacetools.rewards import dispatch
-from spacetools.tools.definition import ToolSpec
 from spacetools.toolshed import Toolshed
 
 TOOL_CLASS = "spacetools.integrations.verl.tool.ToolshedTool"
@@ -107,13 +108,14 @@ def _overrides(settings: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 def with_tools_kwargs(table: pa.Table, tool_names: list[str]) -> pa.Table:
-    """``table`` with ``extra_info.tools_kwargs``: for every tool, ``{"create_kwargs": {"scenes": [...]}}``
-    holding the row's ``extra_info.scene`` (none for a photograph), which verl passes to ``create``."""
+    """``table`` with ``extra_info.tools_kwargs``: for every tool, ``{"create_kwargs": {"attachments":
+    [...]}}``, the attachment of the row's image (``{"scene": extra_info.scene}``; none for a
+    photograph), which verl passes to ``create``."""
     extra_info = table.column("extra_info").combine_chunks()
     keys = [key for key in extra_info.type.names if key != "tools_kwargs"]
     scenes = extra_info.field("scene").to_pylist() if "scene" in keys else [None] * len(table)
     kwargs = [
-        {name: {"create_kwargs": {"scenes": [scene] if scene else []}} for name in tool_names}
+        {name: {"create_kwargs": {"attachments": [{"scene": scene}] if scene else []}} for name in tool_names}
         for scene in scenes
     ]
     fields = [extra_info.field(key) for key in keys]

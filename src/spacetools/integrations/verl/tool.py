@@ -4,8 +4,9 @@ verl builds one `ToolshedTool` per tool method from the exported tool config (:m
 with the server's ``url``. Tools live in the server, outside the trainer's processes; the adapter holds
 the episode's Toolshed session so variables (``"$point_cloud"``) carry from one call to the next:
 
-- ``create`` makes an instance and records its ``create_kwargs`` (``scenes``: the scene spec JSON of each
-  image of a simulated task, ``seed``, and ``images`` as data URLs when verl passes none);
+- ``create`` makes an instance and records its ``create_kwargs`` (``attachments``: each image's metadata
+  for the tools, such as ``{"scene": <scene spec JSON>}`` for a simulated task, ``seed``, and ``images``
+  as data URLs when verl passes none);
 - ``execute`` opens the episode's session on the server, or joins it: every tool of one trajectory
   shares one session. verl 0.9 creates and releases an instance around every call, so the trajectory
   (verl's ``agent_data``, its ``request_id``) holds the session too, until verl drops it; without
@@ -27,7 +28,7 @@ from uuid import uuid4
 
 import numpy as np
 
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 from spacetools.toolshed.client import RemoteSession, RemoteToolshed
 
 try:
@@ -163,9 +164,9 @@ class ToolshedTool(BaseTool):
             episode = server.episodes.get(key)
             if episode is None:
                 images = _episode_images(agent_data, instance.create_kwargs)
-                scenes = instance.create_kwargs.get("scenes")
+                attachments = instance.create_kwargs.get("attachments")
                 seed = instance.create_kwargs.get("seed")
-                session = server.shed.open_session(images, list(scenes) if scenes else None, seed)
+                session = server.shed.open_session(images, list(attachments) if attachments else None, seed)
                 await session.open()
                 episode = server.episodes[key] = _Episode(session)
                 if agent_data is not None:

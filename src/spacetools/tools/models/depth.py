@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from spacetools.tools.definition import ToolContext, ToolError
+from spacetools.kit.definition import ToolContext, ToolError
 from spacetools.tools.depth import DepthEstimatorTool
-from spacetools.tools.models.runtime import ImagePrep, ModelSettings, batches, load_pretrained
+from spacetools.tools.models.runtime import ImagePrep, ModelSettings, batches
 
 # Depth Pro's published preprocessing (transformers' DepthProImageProcessor defaults).
 _DEPTH_PRO_PREP = {"size": {"height": 1536, "width": 1536}, "image_mean": (0.5,) * 3, "image_std": (0.5,) * 3}
@@ -82,7 +82,7 @@ class DepthProTool(ModelDepthTool):
     def setup(self) -> None:
         from transformers import DepthProForDepthEstimation
 
-        self.model, self.device, self.dtype = load_pretrained(DepthProForDepthEstimation, self.settings)
+        self.model, self.device, self.dtype = self.settings.load(DepthProForDepthEstimation)
         self.prep = ImagePrep.from_folder(self.settings.model_path, _DEPTH_PRO_PREP)
 
     def _predict_batch(self, images: Sequence[np.ndarray]) -> list[tuple[np.ndarray, float]]:
@@ -111,7 +111,7 @@ class DepthAnythingTool(ModelDepthTool):
     def setup(self) -> None:
         from transformers import AutoImageProcessor, AutoModelForDepthEstimation
 
-        self.model, self.device, self.dtype = load_pretrained(AutoModelForDepthEstimation, self.settings)
+        self.model, self.device, self.dtype = self.settings.load(AutoModelForDepthEstimation)
         if getattr(self.model.config, "depth_estimation_type", "metric") != "metric":
             raise ValueError(
                 f"{self.settings.model_path} is a relative-depth model; the depth tool needs a metric one"

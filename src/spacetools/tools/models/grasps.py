@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spacetools.kit.definition import ToolError
 from spacetools.sim.gripper import GRIPPER_MAX_WIDTH
-from spacetools.tools.definition import ToolError
 from spacetools.tools.grasp import Grasp, GraspGeneratorTool, GraspSearch
 from spacetools.tools.pointcloud import SupportPlane, camera_up_fallback
 

@@ -17,10 +17,11 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from spacetools.tools.definition import ToolContext, ToolError
-from spacetools.tools.imagecodec import to_data_url
+from spacetools.kit.definition import ToolContext, ToolError
+from spacetools.kit.imagecodec import to_data_url
+from spacetools.kit.loading import load_processor
 from spacetools.tools.models.points import PointFormat, parse_points, prompt_for
-from spacetools.tools.models.runtime import ModelSettings, load_pretrained, load_processor
+from spacetools.tools.models.runtime import ModelSettings
 from spacetools.tools.pointing import PointingTool, RoboReferTool, VLMPointingTool
 
 
@@ -57,17 +58,12 @@ class TransformersPointing(PointingTool):
         self.settings = TransformersPointingSettings.model_validate(config)
 
     def setup(self) -> None:
-        from transformers import AutoModelForImageTextToText, AutoProcessor
+        from transformers import AutoModelForImageTextToText
 
-        folder = str(self.settings.model_path)
         remote = self.settings.trust_remote_code
-        self.processor = (
-            AutoProcessor.from_pretrained(folder, local_files_only=True, trust_remote_code=True)
-            if remote
-            else load_processor(folder)
-        )
-        self.network, self.device, self.dtype = load_pretrained(
-            AutoModelForImageTextToText, self.settings, trust_remote_code=remote
+        self.processor = load_processor(self.settings.model_path, trust_remote_code=remote)
+        self.network, self.device, self.dtype = self.settings.load(
+            AutoModelForImageTextToText, trust_remote_code=remote
         )
 
     def _points(self, ctx: ToolContext, obj_name: str, image_index: int, all_instances: bool) -> np.ndarray:

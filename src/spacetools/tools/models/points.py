@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from spacetools.tools.definition import ToolError
+from spacetools.kit.definition import ToolError
 
 PointFormat = Literal["auto", "molmo", "normalized", "pixels"]
 

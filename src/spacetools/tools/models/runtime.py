@@ -1,15 +1,14 @@
-"""What every model backend shares: settings, device and dtype, loading from a local folder, batching.
+"""What every model backend shares: settings, device and dtype, batching, image preprocessing.
 
-A model is loaded once per tool instance in `setup()` (`local_files_only=True`: no downloads), put on
-the configured device in half precision where the device supports it, and fed batches that are moved
-to the device once.
+A model is loaded once per tool instance in `setup()` (`ModelSettings.load`, through
+`spacetools.kit.loading`: a local folder, no downloads), put on the configured device in half precision
+where the device supports it, and fed batches that are moved to the device once.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -17,14 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from spacetools.kit.loading import load_pretrained, torch_device
+
 if TYPE_CHECKING:
     import torch
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 _T = TypeVar("_T")
-# transformers builds models under process-wide patches (meta-device init), so two models loading at
-# once in one process (in-process instances start in threads) corrupt each other: load one at a time.
-_LOADING = threading.Lock()
 
 
 class ModelSettings(BaseModel):
@@ -55,22 +53,15 @@ class ModelSettings(BaseModel):
             raise ValueError(f"device must be cpu, cuda, cuda:N or mps, got {value!r}")
         return value
 
-
-def torch_device(device: str) -> torch.device:
-    """The torch device, with a clear error when it is not present on this machine."""
-    import torch
-
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device {device!r} requested but CUDA is not available on this machine")
-        index = int(device.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise RuntimeError(
-                f"device {device!r} requested but only {torch.cuda.device_count()} GPU(s) exist"
-            )
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError("device 'mps' requested but it is not available on this machine")
-    return torch.device(device)
+    def load(self, model_cls: Any, **options: Any) -> tuple[Any, torch.device, torch.dtype]:
+        """`model_cls` from the model folder on the configured device and dtype, in eval mode, with them."""
+        device = torch_device(self.device)
+        dtype = torch_dtype(self.dtype, device)
+        return (
+            load_pretrained(model_cls, self.model_path, device=device, dtype=dtype, **options),
+            device,
+            dtype,
+        )
 
 
 def torch_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -80,19 +71,6 @@ def torch_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.float32 if device.type == "cpu" else torch.float16
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-
-
-def load_pretrained(
-    model_cls: Any, settings: ModelSettings, **options: Any
-) -> tuple[Any, torch.device, torch.dtype]:
-    """``model_cls.from_pretrained`` from the local folder, on the device and dtype, in eval mode."""
-    device = torch_device(settings.device)
-    dtype = torch_dtype(settings.dtype, device)
-    with _LOADING:
-        model = model_cls.from_pretrained(
-            str(settings.model_path), local_files_only=True, dtype=dtype, **options
-        )
-        return model.to(device).eval(), device, dtype
 
 
 def batches(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
@@ -149,51 +127,3 @@ class ImagePrep(BaseModel):
             self.image_std, np.float32
         )
         return torch.from_numpy(pixels.transpose(0, 3, 1, 2).copy()).to(device=device, dtype=dtype)
-
-
-def load_processor(path: Path | str) -> Any:
-    """``AutoProcessor`` for ``path``; without torchvision, the same processor class minus its video part.
-
-    transformers' video processors need torchvision, which CPU installs lack, and a processor such as
-    Qwen2.5-VL's refuses to build without one. Images need none of it (the PIL image processor is used),
-    so we build a subclass of the checkpoint's processor whose only sub-processors are image and text.
-    """
-    import transformers
-    from transformers import AutoConfig, AutoProcessor
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
-
-    try:
-        return AutoProcessor.from_pretrained(path, local_files_only=True)
-    except (ImportError, OSError) as error:
-        # A folder saved by the processor below has no video processor config to load either.
-        if "torchvision" not in str(error).lower() and "video processor" not in str(error).lower():
-            raise
-        missing_torchvision = error
-    model_type = AutoConfig.from_pretrained(path, local_files_only=True).model_type
-    processor_name = PROCESSOR_MAPPING_NAMES.get(model_type)
-    processor_cls = getattr(transformers, processor_name, None) if processor_name else None
-    if processor_cls is None:
-        raise ImportError(f"no processor for model type {model_type!r} loads without torchvision") from (
-            missing_torchvision
-        )
-    return _without_video(processor_cls).from_pretrained(path, local_files_only=True)
-
-
-def _without_video(processor_cls: Any) -> Any:
-    """A subclass of ``processor_cls`` that takes only an image processor and a tokenizer."""
-
-    def __init__(
-        self: Any, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None
-    ) -> None:
-        # ProcessorMixin takes its sub-processors from this signature, so the video one is never loaded.
-        processor_cls.__init__(
-            self,
-            image_processor=image_processor,
-            tokenizer=tokenizer,
-            video_processor=None,
-            chat_template=chat_template,
-        )
-
-    # The parent's name: `save_pretrained` records it as `processor_class`, and AutoProcessor must find a
-    # class of that name when the saved folder is loaded again (else it silently returns the tokenizer).
-    return type(processor_cls.__name__, (processor_cls,), {"__init__": __init__})

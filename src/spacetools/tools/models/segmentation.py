@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from spacetools.tools.definition import ToolContext, ToolError
-from spacetools.tools.models.runtime import ImagePrep, ModelSettings, load_pretrained
+from spacetools.kit.definition import ToolContext, ToolError
+from spacetools.tools.models.runtime import ImagePrep, ModelSettings
 from spacetools.tools.segmentation import Sam2Tool
 
 # SAM 2's published preprocessing (transformers' Sam2ImageProcessor defaults).
@@ -67,7 +67,7 @@ class Sam2ModelTool(ModelSegmentationTool):
     def setup(self) -> None:
         from transformers import Sam2Model
 
-        self.model, self.device, self.dtype = load_pretrained(Sam2Model, self.settings)
+        self.model, self.device, self.dtype = self.settings.load(Sam2Model)
         self.prep = ImagePrep.from_folder(self.settings.model_path, _SAM2_PREP)
 
     def _forward(self, image: np.ndarray, points: np.ndarray) -> tuple[Any, Any]:
@@ -89,7 +89,7 @@ class SamModelTool(ModelSegmentationTool):
     def setup(self) -> None:
         from transformers import SamModel, SamProcessor
 
-        self.model, self.device, self.dtype = load_pretrained(SamModel, self.settings)
+        self.model, self.device, self.dtype = self.settings.load(SamModel)
         self.processor = SamProcessor.from_pretrained(str(self.settings.model_path), local_files_only=True)
 
     def _forward(self, image: np.ndarray, points: np.ndarray) -> tuple[Any, Any]:

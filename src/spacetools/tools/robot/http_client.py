@@ -29,6 +29,9 @@ TOKEN_ENV = "SPACETOOLS_ROBOT_TOKEN"
 """The environment variable `HttpRobot` and `spacetools robot serve` read the bearer token from."""
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 """The largest request body a robot server takes by default: a motion's is a pose or a point."""
+DEFAULT_MAX_CONNECTIONS = 64
+"""The connections a robot server holds open by default (past them a request gets a 503): one arm
+serves one motion at a time."""
 
 
 class HttpRobot:

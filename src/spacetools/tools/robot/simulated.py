@@ -1,26 +1,21 @@
-"""The simulated robot backend: a `RobotWorld` seen through its camera, and a pool of per-session worlds.
+"""The simulated robot backend: a `RobotWorld` seen through its camera.
 
 The backend converts between the camera frame the tools speak and the world frame the arm moves in
 with the camera's calibration, which a real robot knows too. It reports what a real arm measures;
-the world's truth stays in the `RobotWorld` for scoring.
+the world's truth stays in the `RobotWorld` for scoring. A session's world comes from a
+`sim.robotworlds.RobotWorlds` pool (`SimulatedRobot.of_session`).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
 
 from spacetools.sim.robot import MotionError, MotionReport, RobotWorld
+from spacetools.sim.robotworlds import RobotWorlds
 from spacetools.sim.scene import SceneSpec
 from spacetools.tools.robot.backend import DepthFrame, MotionOutcome, RobotMotionError, pose_problem
-
-DEFAULT_MAX_WORLDS = 8
-CLOSED_SESSIONS_KEPT = 4096
-"""How many closed session ids a pool remembers, so that a call still queued when its session closed
-does not build that session a world again."""
 
 
 class SimulatedRobot:
@@ -35,6 +30,14 @@ class SimulatedRobot:
         if isinstance(spec, str):
             spec = SceneSpec.model_validate_json(spec)
         return cls(RobotWorld.from_spec(spec, record_frames))
+
+    @classmethod
+    def of_session(cls, worlds: RobotWorlds, session_id: str, spec_json: str) -> SimulatedRobot:
+        """The robot of a session's world in `worlds` (`RobotMotionError` once the session was closed)."""
+        try:
+            return cls(worlds.for_session(session_id, spec_json))
+        except MotionError as exc:
+            raise RobotMotionError(str(exc)) from None
 
     def capture_image(self) -> np.ndarray:
         return self.world.render().rgb
@@ -87,81 +90,3 @@ class SimulatedRobot:
             raise RobotMotionError(str(exc)) from None
         return MotionOutcome(success=report.success, message=report.message,
                              execution_time_s=report.execution_time_s)  # fmt: skip
-
-
-class SimulatedRobots:
-    """Simulated robots keyed by tool session: a robot is state, so sessions never share one.
-
-    Worlds are built on a session's first robot call from the scene of its first image and kept,
-    least recently used first out, up to `max_worlds`, and freed when their session closes
-    (`release_session`) unless `keep_closed`: an evaluation that scores the world its episode left
-    keeps it, and frees it with `release`. Thread-safe.
-    """
-
-    def __init__(
-        self, max_worlds: int = DEFAULT_MAX_WORLDS, record_frames: bool = True, keep_closed: bool = False
-    ) -> None:
-        self.max_worlds = max_worlds
-        self.record_frames = record_frames
-        self.keep_closed = keep_closed
-        self._robots: OrderedDict[str, tuple[str, SimulatedRobot]] = OrderedDict()
-        self._closed: OrderedDict[str, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._robots)
-
-    def for_session(self, session_id: str, spec_json: str) -> SimulatedRobot:
-        """The session's robot, built from `spec_json` the first time (`RobotMotionError` once the
-        session was closed)."""
-        with self._lock:
-            if session_id in self._closed:
-                raise RobotMotionError("the session was closed; its robot's world is gone")
-            if session_id in self._robots:
-                self._robots.move_to_end(session_id)
-                return self._robots[session_id][1]
-        robot = SimulatedRobot.from_spec(spec_json, self.record_frames)
-        with self._lock:
-            self._robots[session_id] = (spec_json, robot)
-            evicted = []
-            while len(self._robots) > self.max_worlds:
-                evicted.append(self._robots.popitem(last=False)[1][1])
-        for old in evicted:
-            old.close()
-        return robot
-
-    def find_by_scene(self, spec_json: str) -> SimulatedRobot | None:
-        """The most recent robot built for this scene (how an evaluation finds the world it scores)."""
-        with self._lock:
-            for key in reversed(self._robots):
-                if self._robots[key][0] == spec_json:
-                    return self._robots[key][1]
-        return None
-
-    def release_session(self, session_id: str) -> None:
-        """Free the world of a closed session (kept when `keep_closed`)."""
-        if self.keep_closed:
-            return
-        with self._lock:
-            entry = self._robots.pop(session_id, None)
-            self._closed[session_id] = None
-            while len(self._closed) > CLOSED_SESSIONS_KEPT:
-                self._closed.popitem(last=False)
-        if entry is not None:
-            entry[1].close()
-
-    def release(self, robot: SimulatedRobot) -> None:
-        """Forget and close a robot."""
-        with self._lock:
-            for key, (_, held) in list(self._robots.items()):
-                if held is robot:
-                    del self._robots[key]
-        robot.close()
-
-    def close(self) -> None:
-        """Close every world."""
-        with self._lock:
-            robots = [robot for _, robot in self._robots.values()]
-            self._robots.clear()
-        for robot in robots:
-            robot.close()

@@ -15,10 +15,10 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from spacetools.tools.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
+from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
+from spacetools.sim.realism import get_profile, perturb_depth
 from spacetools.tools.overlays import colorize_depth
 from spacetools.tools.projection import as_normalized_points, as_points_3d, depth_to_point_cloud
-from spacetools.tools.realism import get_profile, perturb_depth
 from spacetools.tools.robot.backend import (
     DepthFrame,
     MotionOutcome,
@@ -35,12 +35,12 @@ class RobotTool(Tool):
     """A robot arm with an RGB-D camera: the simulated one per session, or a robot server by URL.
 
     Config: `url` (a robot server; default: simulation), `timeout_s` (HTTP), `max_worlds` (simulated
-    worlds kept), `record_frames` (keep motion frames for reports, default off), `robots` (a
-    `SimulatedRobots` pool to share with an in-process evaluation).
+    worlds kept), `record_frames` (keep motion frames for reports, default off), `worlds` (a
+    `sim.robotworlds.RobotWorlds` pool to share with an in-process evaluation).
     """
 
     name: ClassVar[str] = "robot"
-    config_keys: ClassVar[frozenset[str]] = frozenset({"url", "timeout_s", "max_worlds", "robots", "profile"})
+    config_keys: ClassVar[frozenset[str]] = frozenset({"url", "timeout_s", "max_worlds", "worlds", "profile"})
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:
@@ -55,10 +55,10 @@ class RobotTool(Tool):
 
             self._remote = HttpRobot(str(url), float(self.config.get("timeout_s", DEFAULT_TIMEOUT_S)))
             return
-        from spacetools.tools.robot.simulated import DEFAULT_MAX_WORLDS, SimulatedRobots
+        from spacetools.sim.robotworlds import DEFAULT_MAX_WORLDS, RobotWorlds
 
-        robots = self.config.get("robots")
-        self._robots = robots if robots is not None else SimulatedRobots(
+        worlds = self.config.get("worlds")
+        self._worlds = worlds if worlds is not None else RobotWorlds(
             int(self.config.get("max_worlds", DEFAULT_MAX_WORLDS)),
             record_frames=bool(self.config.get("record_frames", False)),  # report frames cost renders
         )  # fmt: skip
@@ -66,7 +66,7 @@ class RobotTool(Tool):
     def release_session(self, session_id: str) -> None:
         """A closed session's simulated world is freed (a robot server's arm is not the tool's)."""
         if self._remote is None:
-            self._robots.release_session(session_id)
+            self._worlds.release_session(session_id)
 
     def backend(self, ctx: ToolContext) -> RobotBackend:
         """The robot of this call's session."""
@@ -75,7 +75,9 @@ class RobotTool(Tool):
         scene = ctx.attachment(0).get("scene")
         if not isinstance(scene, str):
             raise ToolError("the robot's workspace is unknown: image 0 has no simulated scene attached")
-        return _robot_call(lambda: self._robots.for_session(ctx.session_id, scene))
+        from spacetools.tools.robot.simulated import SimulatedRobot
+
+        return _robot_call(lambda: SimulatedRobot.of_session(self._worlds, ctx.session_id, scene))
 
     @tool_method
     def capture_image(self, *, ctx: ToolContext) -> ToolResult:

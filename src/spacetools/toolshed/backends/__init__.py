@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from spacetools.tools.definition import Tool
+from spacetools.kit.definition import Tool
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed
 from spacetools.toolshed.backends.inprocess import InProcessInstance
 from spacetools.toolshed.backends.process import ProcessInstance
-from spacetools.toolshed.backends.ray import RayInstance, ray_factory
+from spacetools.toolshed.backends.ray import RayInstance, fetch_cluster_values, ray_factory
 from spacetools.toolshed.deployment import ToolDeployment
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "ProcessInstance",
     "RayInstance",
     "instance_factory",
+    "local_arguments",
 ]
 
 BACKENDS: dict[str, Callable[[type[Tool] | str, dict[str, Any], str], Instance]] = {
@@ -35,3 +36,9 @@ def instance_factory(deployment: ToolDeployment, name: str) -> Callable[[], Inst
         return ray_factory(deployment, name)
     make = BACKENDS[deployment.backend]
     return lambda: make(deployment.tool, deployment.config, name)
+
+
+def local_arguments(backend: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments as the instances of `backend` take them: arrays a Ray actor left in the
+    cluster's object store are fetched for the backends that cannot read the store themselves."""
+    return kwargs if backend == "ray" else fetch_cluster_values(kwargs)

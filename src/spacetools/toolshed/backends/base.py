@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from spacetools.tools.definition import ToolContext, ToolResult
+from spacetools.kit.definition import ToolContext, ToolResult
 
 __all__ = ["Instance", "InstanceCrashed", "SetupFailed"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from spacetools.tools.definition import ToolContext
+from spacetools.kit.definition import ToolContext
 
 __all__ = ["ContextReceiver", "ContextSender", "WireContext"]
 

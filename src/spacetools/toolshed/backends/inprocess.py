@@ -16,7 +16,7 @@ import queue
 import threading
 from typing import Any
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,

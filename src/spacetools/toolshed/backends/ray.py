@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from spacetools.tools.batching import BatchResult
-from spacetools.tools.definition import (
+from spacetools.kit.batching import BatchResult
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,

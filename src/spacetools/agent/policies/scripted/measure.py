@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spacetools.agent.policies.scripted.replay import Call, ToolOutcome, ToolReplay
-from spacetools.rewards.formats import format_point
+from spacetools.rewards.formats import format_point, format_points
 
 Point = tuple[float, float]
 Vector = tuple[float, float, float]
@@ -204,15 +204,37 @@ def object_box(replay: ToolReplay, name: str, point: Point, *, reserve: int = 1)
     return read_box(replay.call(f"Now I fit the {name}'s oriented 3D box to its masked points.", FIT_BOX)[0])
 
 
-MASK_SAMPLES = 8
-"""Depth readings per object when measuring its median depth (a 3x3 grid without its centre)."""
+PATCH_RADIUS = 0.012
+"""Half-width of the patch read around a detected point (normalized; about 8 pixels of a 640-wide image):
+inside most objects, wide enough that one pixel looking into an opening does not decide."""
 
 
-def mask_grid(box: tuple[float, float, float, float], shrink: float = 0.6) -> list[Point]:
-    """`MASK_SAMPLES` points spread over the central part of a mask's bounding box."""
-    x0, y0, x1, y1 = box
-    cx, cy, hw, hh = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) * shrink / 2, (y1 - y0) * shrink / 2
-    return [(cx + i * hw, cy + j * hh) for j in (-1, 0, 1) for i in (-1, 0, 1) if (i, j) != (0, 0)]
+def depth_patch(point: Point, radius: float = PATCH_RADIUS) -> list[Point]:
+    """A 3x3 grid of points around ``point`` (``radius`` from it along each axis), within the image."""
+    x, y = point
+    return [
+        (min(max(x + i * radius, 0.0), 1.0), min(max(y + j * radius, 0.0), 1.0))
+        for j in (-1, 0, 1)
+        for i in (-1, 0, 1)
+    ]
+
+
+def lift_points(points: Sequence[Point], depth: str) -> Call:
+    """``vision_ops.project_2d_points_to_3d`` of normalized points on a stored depth map or point cloud."""
+    return (
+        "vision_ops.project_2d_points_to_3d",
+        {"points_2d": format_points(points, 4), "depth": depth, "focal_length_px": "$focal_length_px"},
+    )
+
+
+def points_3d(outcome: ToolOutcome) -> list[Vector]:
+    """The finite 3D points of a ``project_2d_points_to_3d`` result (empty for an error)."""
+    points = outcome.get("points") or []
+    return [
+        (float(p[0]), float(p[1]), float(p[2]))
+        for p in points
+        if isinstance(p, list) and len(p) == 3 and _finite(p)
+    ]
 
 
 def median_or_none(values: Sequence[float | None]) -> float | None:

@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import ndimage
 
 from spacetools.sim.freespace import best_placement, free_table, placement, vacant_region, vacant_ring
+from spacetools.sim.masks import inside_distance
 from spacetools.sim.observation import SIDES, Observation
 
 RELATIONS = (*SIDES, "near")
@@ -377,7 +377,7 @@ def resolve(observation: Observation, expression: Expression, use_relations: boo
 def interior_point(mask: np.ndarray) -> np.ndarray:
     """The normalized point deepest inside a mask (farthest from its border)."""
     height, width = mask.shape
-    distance = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+    distance = inside_distance(mask)
     row, col = np.unravel_index(int(np.argmax(distance)), mask.shape)
     return np.array([(col + 0.5) / width, (row + 0.5) / height])
 
@@ -385,7 +385,7 @@ def interior_point(mask: np.ndarray) -> np.ndarray:
 def spread_points(mask: np.ndarray, count: int) -> np.ndarray:
     """Up to ``count`` normalized points well inside a mask and far from each other."""
     height, width = mask.shape
-    distance = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+    distance = inside_distance(mask)
     rows, cols = np.nonzero(distance >= 0.5 * distance.max())
     candidates = np.stack([(cols + 0.5) / width, (rows + 0.5) / height], axis=1)
     chosen = [interior_point(mask)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spacetools.tools.realism import (
+from spacetools.sim.realism import (
     PROFILES,
     get_profile,
     mask_iou,
@@ -14,7 +14,7 @@ from spacetools.tools.realism import (
     perturb_mask,
     perturb_point,
 )
-from spacetools.tools.referring import parse_expression
+from spacetools.sim.referring import parse_expression
 
 
 def _depth() -> np.ndarray:

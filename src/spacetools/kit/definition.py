@@ -2,8 +2,10 @@
 
 A tool is a class whose methods marked `@tool_method` are what the model may call, by the public name
 `"<Tool.name>.<method>"`. Each method's arguments get one pydantic model, built from its type hints and
-its Google-style docstring (`tools.arguments`): it validates every call, and pydantic generates from it
-the JSON schema the model sees.
+its Google-style docstring (`kit.arguments`): it validates every call, and pydantic generates from it
+the JSON schema the model sees. A method may also declare which keys of its result's `value` are
+geometry (`@tool_method(geometry={"points": "points"})`), so that code such as the evaluation report
+draws them without knowing the tool.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, overload
 
 import docstring_parser
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from spacetools.tools.arguments import (
+from spacetools.kit.arguments import (
     ArgumentField,
     Variable,
     arguments_model,
@@ -33,6 +35,7 @@ from spacetools.tools.arguments import (
 
 __all__ = [
     "BATCH_CALL",
+    "GEOMETRY_KINDS",
     "MAX_ERROR_CHARS",
     "Tool",
     "ToolArgumentError",
@@ -54,9 +57,15 @@ __all__ = [
 ]
 
 MAX_ERROR_CHARS = 500
-#: The method name under which the Toolshed sends a gathered batch of calls (see tools.batching).
+#: The method name under which the Toolshed sends a gathered batch of calls (see kit.batching).
 BATCH_CALL = "__batch__"
+#: The kinds of geometry a tool method's `value` may hold under a key, all in normalized image
+#: coordinates of the image the call worked on: ``points`` (any number of ``[x, y]``), ``corners`` (the
+#: 8 projected corners of a 3D box, in the order of `rewards.formats.BOX_EDGES`) and ``grasp`` (the 5
+#: gripper points of `rewards.formats.GRASP_LABELS`). They are the report's drawing kinds of the same names.
+GEOMETRY_KINDS = ("points", "corners", "grasp")
 _TOOL_METHOD_MARK = "__spacetools_tool_method__"
+_GEOMETRY_MARK = "__spacetools_geometry__"
 _F = TypeVar("_F", bound=Callable[..., Any])
 _log = logging.getLogger(__name__)
 
@@ -205,10 +214,33 @@ class ToolContext:
             )
 
 
-def tool_method(fn: _F) -> _F:
-    """Mark a method of a `Tool` subclass as callable by the model."""
-    setattr(fn, _TOOL_METHOD_MARK, True)
-    return fn
+@overload
+def tool_method(fn: _F, /) -> _F: ...
+
+
+@overload
+def tool_method(*, geometry: Mapping[str, str]) -> Callable[[_F], _F]: ...
+
+
+def tool_method(
+    fn: _F | None = None, /, *, geometry: Mapping[str, str] | None = None
+) -> _F | Callable[[_F], _F]:
+    """Mark a method of a `Tool` subclass as callable by the model (``@tool_method``).
+
+    ``@tool_method(geometry={"corners_2d": "corners"})`` also declares which keys of the method's
+    ``value`` hold geometry, each with its kind (one of `GEOMETRY_KINDS`); the spec carries it.
+    """
+    declared = dict(geometry or {})
+    unknown = sorted(kind for kind in declared.values() if kind not in GEOMETRY_KINDS)
+    if unknown:
+        raise ValueError(f"unknown geometry kinds {unknown}; choose from {', '.join(GEOMETRY_KINDS)}")
+
+    def mark(method: _F) -> _F:
+        setattr(method, _TOOL_METHOD_MARK, True)
+        setattr(method, _GEOMETRY_MARK, declared)
+        return method
+
+    return mark if fn is None else mark(fn)
 
 
 class Tool:
@@ -243,11 +275,13 @@ class Tool:
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """The model-facing description of one tool method."""
+    """The description of one tool method: what the model sees (`to_openai`), and for code, which keys
+    of its `value` hold geometry of which kind (``{"points": "points"}``; see `GEOMETRY_KINDS`)."""
 
     name: str
     description: str
     parameters: dict[str, Any]
+    geometry: dict[str, str] = field(default_factory=dict)
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI function-calling schema of this tool method (a copy: callers may reshape it)."""
@@ -291,7 +325,7 @@ class ToolMethod:
 
 def tool_methods(tool_cls: type[Tool]) -> dict[str, ToolMethod]:
     """All tool methods of a tool class by public name, in definition order (cached per class)."""
-    cached = tool_cls.__dict__.get("_spacetools_methods")
+    cached: dict[str, ToolMethod] | None = tool_cls.__dict__.get("_spacetools_methods")
     if cached is not None:
         return cached
     tool_name = getattr(tool_cls, "name", None)
@@ -339,7 +373,7 @@ def releases_sessions(tool_cls: type[Tool]) -> bool:
 def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
     """Run one tool method on an instance; every exception becomes an error result."""
     if method == BATCH_CALL:
-        from spacetools.tools.batching import invoke_batch  # builds on this module
+        from spacetools.kit.batching import invoke_batch  # builds on this module
 
         return invoke_batch(tool, **kwargs)
     try:
@@ -414,6 +448,5 @@ def _build_tool_method(name: str, attribute: str, fn: Callable[..., Any]) -> Too
     image_parameters = tuple(
         param for param in arguments if param == "image_index" or param.endswith("_image_index")
     )
-    return ToolMethod(
-        name, attribute, ToolSpec(name, description, parameters), model, wants_context, image_parameters
-    )
+    spec = ToolSpec(name, description, parameters, dict(getattr(fn, _GEOMETRY_MARK, {})))
+    return ToolMethod(name, attribute, spec, model, wants_context, image_parameters)

@@ -146,7 +146,8 @@ def _as_array(value: Any) -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "__array__") and hasattr(value, "shape") and not isinstance(value, (list, tuple)):
-        return value  # an array held elsewhere (Ray's object store), read where the tool runs
+        # An array held elsewhere (Ray's object store), read where the tool runs.
+        return typing.cast(np.ndarray, value)
     if isinstance(value, str):
         raise ValueError(f"expected {REFERENCE_HINT}")
     if isinstance(value, (list, tuple)):

@@ -1,47 +1,51 @@
 """Which weights a stage trains: all of them, the last N decoder layers, or a LoRA adapter (peft).
 
-`trainable: full | last_layers:N | lora` is a setting of SFT and GRPO. With `lora` the stage's checkpoints
-and its result are adapter folders (peft's `adapter_config.json` naming the base model folder), which
-every loader of the project reads as the base model with the adapter merged in (`eval --policy hf`
-included); a resumed run continues training the same adapter.
+`trainable: full | last_layers:N | lora` is a setting of SFT and GRPO, applied by `loading.load_vlm`.
+With `lora` the stage's checkpoints and its result are adapter folders (peft's `adapter_config.json`
+naming the base model folder), which every loader of the project reads as the base model with the
+adapter merged in (`eval --policy hf` included); a resumed run continues training the same adapter.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import re
+from typing import Any, Protocol
 
 import torch
 
-from spacetools.tools.models.language import load_language_model
-from spacetools.train.config import LoraSettings
+TRAINABLE_RE = re.compile(r"full|lora|last_layers:[1-9][0-9]*")
 
 
-def load_for_training(
-    path: Path,
-    trainable: str,
-    lora: LoraSettings,
-    *,
-    resume: bool,
-    dtype: torch.dtype,
-    freeze_vision: bool = False,
-) -> Any:
-    """The model of `path` with only the weights `trainable` names requiring gradients.
+class LoraShape(Protocol):
+    """The settings of a fresh LoRA adapter (peft's `LoraConfig`), as the training configs hold them."""
 
-    `resume`: `path` is the stage's own checkpoint (its adapter stays an adapter and keeps training);
-    otherwise `path` is the stage's starting model, merged if it is an adapter, and a fresh adapter is
-    put on top with `lora`.
+    r: int
+    alpha: int
+    dropout: float
+    targets: list[str]
+
+
+def check_trainable(trainable: str) -> None:
+    """A `ValueError` unless `trainable` is `full`, `lora` or `last_layers:N`."""
+    if not TRAINABLE_RE.fullmatch(trainable):
+        raise ValueError(f"trainable must be full, lora or last_layers:N, got {trainable!r}")
+
+
+def set_trainable(model: Any, trainable: str, lora: LoraShape | None, *, freeze_vision: bool) -> Any:
+    """`model` with only the weights `trainable` names requiring gradients (a new adapter: a new model).
+
+    `lora` puts a fresh adapter on top (`trainable: lora`); without it `model` is the adapter to keep
+    training. `freeze_vision` freezes the vision tower of a fully trained model.
     """
-    model = load_language_model(path, dtype=dtype, train_adapter=resume and trainable == "lora")
     if trainable == "lora":
-        if not resume:
-            from peft import LoraConfig, get_peft_model
+        if lora is None:
+            return model
+        from peft import LoraConfig, get_peft_model
 
-            config = LoraConfig(
-                r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.targets
-            )
-            model = get_peft_model(model, config)
-        return model
+        config = LoraConfig(
+            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.targets
+        )
+        return get_peft_model(model, config)
     if trainable.startswith("last_layers:"):
         freeze_all_but_last_layers(model, int(trainable.partition(":")[2]))
     elif freeze_vision:

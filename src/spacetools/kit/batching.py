@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,

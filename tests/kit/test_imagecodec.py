@@ -7,7 +7,7 @@ import base64
 import numpy as np
 import pytest
 
-from spacetools.tools import imagecodec
+from spacetools.kit import imagecodec
 
 
 def _image() -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pydantic import Field
 
-from spacetools.tools.definition import (
+from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolError,
@@ -54,7 +54,7 @@ class PointTool(Tool):
         height, width = ctx.image(image_index).shape[:2]
         return ToolResult(text=f"{x} {y} {mode} {points} {width}x{height}")
 
-    @tool_method
+    @tool_method(geometry={"corners_2d": "corners"})
     def compute_bbox(self, point_cloud: np.ndarray, focal_length_px: Variable[float]) -> str:
         """Fit a box to a point cloud.
 
@@ -110,6 +110,16 @@ def test_openai_and_hermes_formats() -> None:
         assert parsed == spec.to_openai()
         assert parsed["type"] == "function"
         assert set(parsed["function"]) == {"name", "description", "parameters"}
+
+
+def test_a_geometry_declaration_is_carried_by_the_spec_and_not_shown_to_the_model() -> None:
+    bbox, segment = tool_specs(PointTool)[1], tool_specs(PointTool)[0]
+    assert bbox.geometry == {"corners_2d": "corners"} and segment.geometry == {}
+    assert "geometry" not in json.dumps(bbox.to_openai())
+    with pytest.raises(
+        ValueError, match="unknown geometry kinds \\['box'\\]; choose from points, corners, grasp"
+    ):
+        tool_method(geometry={"corners": "box"})
 
 
 def test_validation_accepts_ints_for_floats_and_lists_for_tuples() -> None:
