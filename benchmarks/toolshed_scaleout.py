@@ -3,7 +3,7 @@
 Run: `RAY_AUTH_MODE=disabled python benchmarks/toolshed_scaleout.py --json` (one JSON object on stdout).
 (a) overhead per call of a no-op tool, one caller, in rounds that alternate so that every figure sees
     the same load: the Toolshed in-process, in a worker process and on Ray against a bare Ray actor
-    call, and the Toolshed's HTTP endpoint against a bare FastAPI echo endpoint (both servers on
+    call (with no argument, and with one like the Toolshed's), and the Toolshed's HTTP endpoint against a bare FastAPI echo endpoint (both servers on
     127.0.0.1 in processes of their own, as `spacetools serve` runs); medians over the rounds;
 (b) the paper's scenario: 8 concurrent calls to a 1 s pointing tool on 1 instance against 3 instances,
     on each backend (the paper: 8.5 s on one HTTP instance, 2.7 s on three);
@@ -74,6 +74,14 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 NOOP_BODY = [{"name": "sleep.noop", "arguments": {}}]
 
 
+class _BareSleepTool(SleepTool):
+    """The no-op tool as a bare Ray actor (a subclass: ray.remote rewrites the methods of the class it
+    is given, in place)."""
+
+    def take(self, call: Any) -> ToolResult:
+        return self.noop()
+
+
 async def _per_call_us(call: Callable[[], Awaitable[Any]], calls: int) -> float:
     started = time.perf_counter()
     for _ in range(calls):
@@ -92,8 +100,7 @@ async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
         shed_url, _ = servers.enter_context(server_in_subprocess(TOOLSHED_HTTP))
         for shed in sheds:
             await shed.start()
-        # A subclass: ray.remote rewrites the methods of the class it is given, in place.
-        actor = ray.remote(type("BareSleepTool", (SleepTool,), {})).options(**RAY_SHARE).remote()
+        actor = ray.remote(_BareSleepTool).options(**RAY_SHARE).remote()
         async with httpx.AsyncClient() as client:
             response = await client.post(f"{shed_url}/sessions", json={"images": []})
             calls_url = f"{shed_url}/sessions/{response.json()['id']}/calls"
@@ -107,6 +114,10 @@ async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
                 for backend, shed in zip(BACKENDS, sheds, strict=True)
             }
             paths["bare_ray_actor"] = lambda: actor.noop.remote()
+            # The floor of a call that carries its arguments: the same no-op with one argument as big
+            # as the Toolshed's (a call number, the method, the arguments, the context).
+            call = (1, "sleep.noop", {}, (ToolContext("0" * 32, {}, [], [], 2**63), ([], [])))
+            paths["bare_ray_actor_one_argument"] = lambda: actor.take.remote(call)
             paths["toolshed_http"] = functools.partial(http_call, calls_url)
             paths["bare_fastapi"] = functools.partial(http_call, f"{bare_url}/echo")
             samples: dict[str, list[float]] = {name: [] for name in paths}
@@ -118,17 +129,26 @@ async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
         ray.kill(actor)
         for shed in sheds:
             await shed.close()
-    us = {name: round(statistics.median(values), 1) for name, values in samples.items()}
+
+    def per_round(path: str, anchor: str) -> list[float]:
+        return [round(mine / bare, 3) for mine, bare in zip(samples[path], samples[anchor], strict=True)]
+
+    # Ratios are medians of the rounds' own ratios: each round measures a path and its anchor side by side.
+    ray_rounds = per_round("ray", "bare_ray_actor")
+    http_added = [
+        mine - bare for mine, bare in zip(samples["toolshed_http"], samples["bare_fastapi"], strict=True)
+    ]
     return {
         "rounds": rounds,
         "calls_per_round": calls,
-        "per_call_us": us,
-        "ray_over_bare_actor": round(us["ray"] / us["bare_ray_actor"], 3),
-        "ray_over_bare_actor_per_round": [
-            round(ray / bare, 3) for ray, bare in zip(samples["ray"], samples["bare_ray_actor"], strict=True)
-        ],
-        "http_added_over_bare_fastapi_us": round(us["toolshed_http"] - us["bare_fastapi"], 1),
-        "http_over_bare_fastapi": round(us["toolshed_http"] / us["bare_fastapi"], 3),
+        "per_call_us": {name: round(statistics.median(values), 1) for name, values in samples.items()},
+        "ray_over_bare_actor": round(statistics.median(ray_rounds), 3),
+        "ray_over_bare_actor_per_round": ray_rounds,
+        "ray_over_bare_actor_one_argument": round(
+            statistics.median(per_round("ray", "bare_ray_actor_one_argument")), 3
+        ),
+        "http_added_over_bare_fastapi_us": round(statistics.median(http_added), 1),
+        "http_over_bare_fastapi": round(statistics.median(per_round("toolshed_http", "bare_fastapi")), 3),
     }
 
 
