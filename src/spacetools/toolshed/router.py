@@ -16,19 +16,18 @@ import asyncio
 import bisect
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from spacetools.kit.definition import ToolContext, ToolResult, error_result
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed, SetupFailed
+from spacetools.toolshed.deadlines import Deadlines
 from spacetools.toolshed.standby import Standby
 
 __all__ = ["ToolRouter", "ToolStats"]
-
-_T = TypeVar("_T")
 
 _LATENCY_WINDOW = 10_000
 # Histogram bounds, seconds: from a vision op's millisecond to a model call's minute (Prometheus `le`).
@@ -99,35 +98,6 @@ def _percentiles_ms(samples: deque[float]) -> dict[str, float | None]:
     return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
 
 
-async def _within(seconds: float, awaitable: Awaitable[_T]) -> _T:
-    """`await awaitable`, cancelled with an `asyncio.TimeoutError` after `seconds`.
-
-    `asyncio.wait_for` (before Python 3.12) runs a coroutine in a task of its own, which costs more
-    than a no-op call; this cancels the caller's own task instead, as `asyncio.timeout` does. The timer
-    is cancelled before anything else runs once the awaitable is done, so a cancellation that arrives
-    is the deadline's (or, on Python 3.11+, counted apart: one from elsewhere still propagates).
-    """
-    task = asyncio.current_task()
-    assert task is not None, "runs in a task"
-    fired = False
-
-    def fire() -> None:
-        nonlocal fired
-        fired = True
-        task.cancel()
-
-    timer = asyncio.get_running_loop().call_later(seconds, fire)
-    try:
-        return await awaitable
-    except asyncio.CancelledError:
-        uncancel = getattr(task, "uncancel", None)
-        if fired and (uncancel is None or uncancel() == 0):
-            raise asyncio.TimeoutError from None
-        raise
-    finally:
-        timer.cancel()
-
-
 class _Unavailable:
     """Put in the free queue to turn every waiting and later caller away with `message` (while it is the
     router's current marker: a stale one, from before a recovery, is dropped by whoever takes it)."""
@@ -172,6 +142,7 @@ class ToolRouter:
         self._down = 0  # instance slots whose restart failed and is being retried
         self._watcher: asyncio.Task[None] | None = None
         self._standby = Standby(make_instance, standby)
+        self._deadlines = Deadlines()  # the calls' timeouts, on one timer
 
     @property
     def instances(self) -> list[Instance]:
@@ -264,7 +235,7 @@ class ToolRouter:
         self._busy += 1
         reusable = False
         try:
-            result = await _within(self.timeout_s, instance.invoke(method, kwargs, ctx))
+            result = await self._deadlines.within(self.timeout_s, instance.invoke(method, kwargs, ctx))
             reusable = True
         except asyncio.TimeoutError:
             self.stats.timeouts += 1
