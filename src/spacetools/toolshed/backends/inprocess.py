@@ -47,7 +47,9 @@ class InProcessInstance:
         self._config = dict(config)
         self._name = name
         self._requests: queue.SimpleQueue[_Request | _Release | None] = queue.SimpleQueue()
-        self._killed = threading.Event()
+        # Plain flags, not `Thread.is_alive()` and an `Event`: the router reads `alive` twice per call.
+        self._killed = False
+        self._serving = False  # the thread runs (from its start until it returns)
         self._thread: threading.Thread | None = None
         self._busy = False  # a call is running on the thread
         self._releases = releases_sessions(resolve_tool_class(tool))
@@ -55,7 +57,7 @@ class InProcessInstance:
     @property
     def alive(self) -> bool:
         """True while the serving thread runs and the instance was not killed."""
-        return self._thread is not None and self._thread.is_alive() and not self._killed.is_set()
+        return self._serving and not self._killed
 
     @property
     def pid(self) -> int | None:
@@ -78,6 +80,7 @@ class InProcessInstance:
         self._thread = threading.Thread(
             target=self._serve, args=(loop, ready), name=f"toolshed-{self._name}", daemon=True
         )
+        self._serving = True
         self._thread.start()
         await ready
 
@@ -95,12 +98,18 @@ class InProcessInstance:
 
     async def kill(self) -> None:
         """Abandon the thread: it stops taking calls and drops the result of a call in progress."""
-        self._killed.set()
+        self._killed = True
         self._requests.put(None)
         if self._busy and self._thread is not None and self._thread.is_alive():
             _hung_threads.setdefault(self._name, set()).add(self._thread)
 
     def _serve(self, loop: asyncio.AbstractEventLoop, ready: asyncio.Future[None]) -> None:
+        try:
+            self._serve_calls(loop, ready)
+        finally:
+            self._serving = False
+
+    def _serve_calls(self, loop: asyncio.AbstractEventLoop, ready: asyncio.Future[None]) -> None:
         try:
             tool = resolve_tool_class(self._tool_ref)(**self._config)
             tool.setup()
@@ -110,7 +119,7 @@ class InProcessInstance:
         _settle(loop, ready, None)
         while True:
             request = self._requests.get()
-            if request is None or self._killed.is_set():
+            if request is None or self._killed:
                 return
             if isinstance(request, str):
                 release_tool_session(tool, request)
@@ -119,22 +128,22 @@ class InProcessInstance:
             self._busy = True
             result = invoke_tool_method(tool, method, kwargs, ctx)
             self._busy = False
-            if self._killed.is_set():
+            if self._killed:
                 return
             _settle(loop, future, result)
 
 
 def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:
     """Complete `future` from another thread, unless it was cancelled or its loop is gone."""
-
-    def complete() -> None:
-        if future.done():
-            return
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-
     # RuntimeError: the event loop was closed while this thread was still busy.
     with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(complete)
+        loop.call_soon_threadsafe(_complete, future, outcome)
+
+
+def _complete(future: asyncio.Future[Any], outcome: Any) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
