@@ -161,6 +161,13 @@ class ToolContext:
             rng = np.random.Generator(bit_generator)
         self.__dict__.update(state, _rng=rng)
 
+    def with_conversation(
+        self, image_sizes: list[tuple[int, int]], attachments: list[dict[str, Any]]
+    ) -> ToolContext:
+        """This call's context (its images and random generator, shared) with the conversation's image
+        sizes and attachments replaced."""
+        return ToolContext(self.session_id, self.images, image_sizes, attachments, self._rng)
+
     @classmethod
     def local(
         cls,
@@ -306,6 +313,8 @@ class ToolMethod:
 
     def referenced_images(self, kwargs: Mapping[str, Any]) -> list[int]:
         """The image indices a validated call refers to (the only images sent with it)."""
+        if not self.image_parameters:
+            return []
         return sorted({kwargs[p] for p in self.image_parameters if isinstance(kwargs.get(p), int)})
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -315,12 +324,13 @@ class ToolMethod:
                 f"invalid arguments for {self.name}: expected a JSON object, got {type(arguments).__name__}"
             )
         try:
-            model = self.arguments_model.model_validate(dict(arguments))
+            # The model's validator itself: `model_validate` checks its options on every call.
+            model = self.arguments_model.__pydantic_validator__.validate_python(dict(arguments))
         except ValidationError as exc:
             expected = ", ".join(self.spec.parameters["properties"]) or "no arguments"
             problems = "; ".join(describe_problem(err, expected) for err in exc.errors())
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from None
-        return {key: getattr(model, key) for key in type(model).model_fields}
+        return dict(model.__dict__)  # the fields, in order (the model forbids extra ones)
 
 
 def tool_methods(tool_cls: type[Tool]) -> dict[str, ToolMethod]:

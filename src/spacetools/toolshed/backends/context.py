@@ -9,7 +9,6 @@ Both ends live as long as one instance: a restarted instance starts with neither
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from spacetools.kit.definition import ToolContext
@@ -35,9 +34,8 @@ class ContextSender:
         if self._sent.get(ctx.session_id) != count:
             session = (ctx.image_sizes, ctx.attachments)
             self._sent[ctx.session_id] = count
-        own = copy.copy(ctx)  # the caller's context stays whole; the copy shares images and seed
-        own.image_sizes, own.attachments = [], []
-        return own, session
+        # The caller's context stays whole (a batch sends it among its calls' contexts too).
+        return ctx.with_conversation([], []), session
 
     def forget(self, session_id: str) -> bool:
         """Drop a released session; True when the receiver holds its context (and must be told)."""
