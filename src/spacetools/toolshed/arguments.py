@@ -139,8 +139,9 @@ def call_seed(state: SessionState, identity: str) -> int:
 
     Results then depend neither on scheduling nor on the process that runs the call.
     """
-    repeat = state.call_repeats[identity]
-    state.call_repeats[identity] += 1
+    repeats = state.call_repeats
+    repeat = repeats[identity]
+    repeats[identity] = repeat + 1
     return int.from_bytes(hashlib.sha256(f"{identity}#{repeat}".encode()).digest()[:8], "little")
 
 

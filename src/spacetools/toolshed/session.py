@@ -178,11 +178,12 @@ class SessionStore:
 
     def get(self, session_id: str) -> SessionState:
         """The open session with this id, marked as just used; `SessionClosedError` if there is none."""
-        self.sweep()
+        now = self._clock()
+        self._expire_unused_since(now - self.ttl_s)
         state = self._sessions.get(session_id)
         if state is None:
             raise SessionClosedError(f"session {session_id} is closed or expired; open a new one")
-        state.last_used = self._clock()
+        state.last_used = now
         self._sessions.move_to_end(session_id)
         return state
 
@@ -199,7 +200,9 @@ class SessionStore:
 
     def sweep(self) -> None:
         """Expire sessions idle for longer than the time to live."""
-        deadline = self._clock() - self.ttl_s
+        self._expire_unused_since(self._clock() - self.ttl_s)
+
+    def _expire_unused_since(self, deadline: float) -> None:
         while self._sessions:
             state = next(iter(self._sessions.values()))
             if state.last_used > deadline:

@@ -328,7 +328,8 @@ class Toolshed:
                 attachments=list(state.attachments),
                 rng=call_seed(state, identity),
             )
-            kwargs = local_arguments(router.backend, kwargs)
+            if values or not small:  # only variables, or arguments of other types, hold cluster arrays
+                kwargs = local_arguments(router.backend, kwargs)
         # Exception: whatever else the model's arguments provoke (an integer too long to write, say)
         # is the model's error to read, not the server's.
         except Exception as exc:
@@ -336,7 +337,8 @@ class Toolshed:
             router.stats.record(result, time.perf_counter() - started_at)
             return result
         result = await self._batchers.get(name, router).call(name, kwargs, ctx)
-        self._keep_images(state, result)
+        if result.images or result.image_indices:
+            self._keep_images(state, result)
         if result.variables:
             dropped = self._store.store(state, result.variables)
             if dropped:
