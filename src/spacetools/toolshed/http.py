@@ -16,22 +16,23 @@ import ctypes
 import json
 import secrets
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
-from typing import Annotated, Any
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 import numpy as np
-from fastapi import FastAPI, HTTPException, Query, Request, Response, status
+from fastapi import FastAPI, HTTPException, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spacetools.kit import imagecodec
 from spacetools.kit.definition import ToolResult, hermes_tools_block
 from spacetools.toolshed.admission import RETRY_AFTER_S, CallAdmission, CallAdmissionMiddleware
+from spacetools.toolshed.deadlines import Deadlines
 from spacetools.toolshed.limits import ServerLimits
 from spacetools.toolshed.metrics import CONTENT_TYPE, render_metrics
 from spacetools.toolshed.session import MemoryLimitError, TooManySessionsError
@@ -57,6 +58,7 @@ __all__ = [
     "toolshed_for",
 ]
 
+_T = TypeVar("_T")
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD_BYTES = 128 * 1024
 
@@ -66,7 +68,10 @@ class SafeJSONResponse(JSONResponse):
     UTF-8) is still sent, as `\\ud800`, instead of failing the response."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+        return _JSON.encode(content).encode("ascii")
+
+
+_JSON = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
 
 
 async def invalid_body(_request: Request, exc: Exception) -> Response:
@@ -113,6 +118,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     """
     limits = limits or ServerLimits()
     admission = CallAdmission(limits.max_calls_in_flight)
+    body_deadlines = Deadlines()  # the call bodies' arrival, on one timer
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -166,20 +172,73 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         except imagecodec.ImageDecodeError as exc:
             raise HTTPException(422, str(exc)) from None
 
-    async def to_response(result: ToolResult, with_images: bool) -> CallResponse:
+    async def to_response(result: ToolResult, with_images: bool) -> dict[str, Any]:
+        """A `CallResponse` as the JSON object it is sent as (built directly: a model per result, then
+        FastAPI's validation and dump of the list, cost more than the rest of a no-op call's answer)."""
         images = (
             [await asyncio.to_thread(imagecodec.to_data_url, image) for image in result.images]
             if with_images
             else []
         )
-        return CallResponse(
-            text=result.text,
-            is_error=result.is_error,
-            variables=sorted(result.variables),
-            images=images,
-            value=_jsonable_or_none(result.value),
-            image_indices=result.image_indices,
+        return {
+            "text": result.text,
+            "is_error": result.is_error,
+            "variables": sorted(result.variables),
+            "images": images,
+            "value": _jsonable_or_none(result.value),
+            "image_indices": list(result.image_indices),
+        }
+
+    # Declared first: routes are tried in order, and this one takes nearly every request.
+    @app.post(
+        "/sessions/{session_id}/calls",
+        response_model=list[CallResponse],
+        max_body_size=min(limits.max_call_body_bytes, limits.max_body_bytes),
+        openapi_extra={
+            "parameters": _CALL_PARAMETERS,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _CALLS_SCHEMA}}},
+        },
+    )
+    async def call(request: Request) -> Response:
+        """Run a turn's calls in parallel; results in call order, tool failures as error results.
+
+        The body is a list of `CallRequest`. Refused with 503 while the server holds
+        `max_calls_in_flight` calls, before the body is read (`CallAdmissionMiddleware` admits the
+        request as one call; the rest are admitted once the body says how many it holds); cancelled
+        when the client disconnects before the results are ready.
+        """
+        images = _images_parameter(request)
+        session = open_session(request.path_params["session_id"])
+        # Parsed off the event loop unless small. JSON parsing holds the interpreter lock all the
+        # same: what bounds its stall is `max_call_body_bytes`; the walk of the arguments yields.
+        try:
+            body = await body_deadlines.within(limits.call_body_timeout_s, request.body())
+        except asyncio.TimeoutError:
+            raise HTTPException(
+                status.HTTP_408_REQUEST_TIMEOUT,
+                f"the body did not arrive within {limits.call_body_timeout_s:g} s",
+            ) from None
+        calls = (
+            _read_calls(body)
+            if len(body) <= _SMALL_BODY_BYTES
+            else await asyncio.to_thread(_read_calls, body)
         )
+        extra = max(len(calls) - 1, 0)  # the request itself was admitted as one call
+        if not admission.admit_more(extra):
+            raise HTTPException(
+                status.HTTP_503_SERVICE_UNAVAILABLE,
+                admission.refusal,
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        try:
+            results = await _unless_disconnected(
+                request, session.call_many([(item.name, item.arguments) for item in calls])
+            )
+        finally:
+            admission.release(extra)
+        if results is None:  # nobody is listening any more
+            return SafeJSONResponse([])
+        return SafeJSONResponse([await to_response(result, images) for result in results])
 
     @app.get("/health")
     async def health() -> HealthResponse:
@@ -232,57 +291,6 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
             raise HTTPException(422, str(exc)) from None
         return SessionResponse(id=session.id, image_count=len(session.images))
 
-    @app.post(
-        "/sessions/{session_id}/calls",
-        max_body_size=min(limits.max_call_body_bytes, limits.max_body_bytes),
-        openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _CALLS_SCHEMA}}}
-        },
-    )
-    async def call(
-        session_id: str,
-        request: Request,
-        images: Annotated[bool, Query(description="Return the images tools made, as PNG data URLs.")] = False,
-    ) -> list[CallResponse]:
-        """Run a turn's calls in parallel; results in call order, tool failures as error results.
-
-        The body is a list of `CallRequest`. Refused with 503 while the server holds
-        `max_calls_in_flight` calls, before the body is read (`CallAdmissionMiddleware` admits the
-        request as one call; the rest are admitted once the body says how many it holds); cancelled
-        when the client disconnects before the results are ready.
-        """
-        session = open_session(session_id)
-        # Parsed off the event loop unless small. JSON parsing holds the interpreter lock all the
-        # same: what bounds its stall is `max_call_body_bytes`; the walk of the arguments yields.
-        try:
-            body = await asyncio.wait_for(request.body(), limits.call_body_timeout_s)
-        except asyncio.TimeoutError:
-            raise HTTPException(
-                status.HTTP_408_REQUEST_TIMEOUT,
-                f"the body did not arrive within {limits.call_body_timeout_s:g} s",
-            ) from None
-        calls = (
-            _read_calls(body)
-            if len(body) <= _SMALL_BODY_BYTES
-            else await asyncio.to_thread(_read_calls, body)
-        )
-        extra = max(len(calls) - 1, 0)  # the request itself was admitted as one call
-        if not admission.admit_more(extra):
-            raise HTTPException(
-                status.HTTP_503_SERVICE_UNAVAILABLE,
-                admission.refusal,
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            )
-        try:
-            results = await _unless_disconnected(
-                request, session.call_many([(item.name, item.arguments) for item in calls])
-            )
-        finally:
-            admission.release(extra)
-        if results is None:  # nobody is listening any more
-            return []
-        return [await to_response(result, images) for result in results]
-
     @app.post("/sessions/{session_id}/images", status_code=status.HTTP_201_CREATED)
     async def add_image(session_id: str, request: ImageRequest) -> ImageResponse:
         """Append an image (e.g. one a tool drew) to the conversation."""
@@ -319,9 +327,44 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
 
 
 _CALLS = TypeAdapter(list[CallRequest])
+_IMAGES_HELP = "Return the images tools made, as PNG data URLs."
 #: Call bodies up to this size are parsed on the event loop (faster than a thread's round trip).
 _SMALL_BODY_BYTES = 16 * 2**10
 _CALLS_SCHEMA = {"type": "array", "items": CallRequest.model_json_schema()}  # CallRequest nests no model
+
+
+#: The call endpoint's parameters as FastAPI would document them. It reads them itself (`_images_parameter`,
+#: `request.path_params`): FastAPI's solving of declared parameters costs more than the rest of its work
+#: on a no-op call.
+_CALL_PARAMETERS = [
+    {
+        "name": "session_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "title": "Session Id"},
+    },
+    {
+        "name": "images",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "boolean", "description": _IMAGES_HELP, "default": False, "title": "Images"},
+        "description": _IMAGES_HELP,
+    },
+]
+_BOOLEAN = TypeAdapter(bool)
+
+
+def _images_parameter(request: Request) -> bool:
+    """The call endpoint's `images` query parameter (default false), parsed as FastAPI parses a boolean:
+    a 422 naming it when it is not one."""
+    given = request.query_params.get("images") if request.scope["query_string"] else None
+    if given is None:
+        return False
+    try:
+        return _BOOLEAN.validate_python(given)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("query", "images")} for error in exc.errors()]
+        raise RequestValidationError(errors) from None
 
 
 def _read_calls(body: bytes) -> list[CallRequest]:
@@ -354,26 +397,41 @@ def _jsonable_or_none(value: Any) -> Any:
     return value
 
 
-async def _unless_disconnected(request: Request, work: Any) -> Any:
-    """The result of `work`, or None (with `work` cancelled) when the client disconnects first."""
-    task = asyncio.ensure_future(work)
-    # The body is read, so the next message of the request is the client's disconnect.
-    disconnect = asyncio.ensure_future(request.receive())
-    try:
-        while True:
-            await asyncio.wait({task, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
-            if disconnect.result()["type"] == "http.disconnect":
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
-                return None
-            disconnect = asyncio.ensure_future(request.receive())
-    finally:
-        disconnect.cancel()
-        if not task.done():
+async def _unless_disconnected(request: Request, work: Awaitable[_T]) -> _T | None:
+    """The result of `work`, or None (with `work` cancelled) when the client disconnects first.
+
+    `work` runs in the caller's task; a watcher task waits for the request's next message (the body is
+    read, so it is the client's disconnect) and then cancels the caller's task.
+    """
+    task = asyncio.current_task()
+    assert task is not None, "runs in a task"
+    disconnected = False
+
+    def watch() -> asyncio.Future[Message]:
+        watcher = asyncio.ensure_future(request.receive())
+        watcher.add_done_callback(on_message)
+        return watcher
+
+    def on_message(done: asyncio.Future[Message]) -> None:
+        nonlocal disconnected, watcher
+        if done.cancelled() or done.exception() is not None:
+            return
+        if done.result()["type"] == "http.disconnect":
+            disconnected = True
             task.cancel()
+        else:
+            watcher = watch()
+
+    watcher = watch()
+    try:
+        return await work
+    except asyncio.CancelledError:
+        uncancel = getattr(task, "uncancel", None)
+        if disconnected and (uncancel is None or uncancel() == 0):
+            return None
+        raise
+    finally:
+        watcher.cancel()
 
 
 class BearerTokenMiddleware:
