@@ -1,8 +1,10 @@
 """Worker-process backend: each instance is a separate process that owns one tool object.
 
-The tool is constructed and `setup()` runs inside the worker. Calls and results cross a pipe as pickles.
-The server watches the pipe with the event loop (no thread per call): end of file means the worker
-died, and the router then restarts it. Workers come from a forkserver where the platform has one
+The tool is constructed and `setup()` runs inside the worker. Calls and results cross a pipe as pickles,
+one message each, written and read with plain `os` calls (multiprocessing's `Connection` costs a no-op
+call more than the rest of its trip through the pipe). The server watches the pipe with the event loop
+(no thread per call) and reads what has arrived, never waiting for the rest of a message: end of file
+means the worker died, and the router then restarts it. Workers come from a forkserver where the platform has one
 (starting a worker costs milliseconds instead of a fresh interpreter), else from spawn.
 
 Workers die with the server, even in the middle of a call and even when the server is killed without
@@ -26,6 +28,7 @@ import os
 import pickle
 import shutil
 import signal
+import struct
 import sys
 import threading
 from collections.abc import Iterator
@@ -119,6 +122,85 @@ class _WorkerExited(Exception):
     """The pipe reached end of file: the worker process is gone."""
 
 
+#: What comes before each message on the pipe: its length in bytes.
+_LENGTH = struct.Struct("!Q")
+#: Messages up to this size are written in one call with their length (bigger ones are not copied).
+_JOIN_BYTES = 64 * 2**10
+#: What the server reads at once: at least a small message whole, at most what a pipe holds.
+_MIN_READ_BYTES = 64 * 2**10
+_MAX_READ_BYTES = 2**20
+
+
+def _write_message(fd: int, payload: bytes) -> None:
+    """Write one message, all of it (a pipe may take fewer bytes at once): its length, then its bytes."""
+    header = _LENGTH.pack(len(payload))
+    if len(payload) <= _JOIN_BYTES:
+        _write_all(fd, header + payload)
+    else:
+        _write_all(fd, header)
+        _write_all(fd, payload)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_message(fd: int) -> bytearray:
+    """Wait for the next whole message (the worker's side); `EOFError` once the server's end is closed."""
+    (size,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size))
+    return _read_exactly(fd, size)
+
+
+def _read_exactly(fd: int, size: int) -> bytearray:
+    data = bytearray(size)
+    view = memoryview(data)
+    while view:
+        count = os.readv(fd, [view])
+        if count == 0:
+            raise EOFError
+        view = view[count:]
+    return data
+
+
+class _MessageReader:
+    """The server's side of the pipe: a worker's message, taken as it arrives.
+
+    One read per call of `read`, made when the pipe is readable, so it never waits. A worker sends one
+    message (its setup's outcome, then a call's result) only when the server waits for it: nothing
+    follows a message before the server has read it.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = bytearray()
+        self._missing = 0  # bytes of the message not read yet, when known
+
+    def read(self) -> bytes | bytearray | memoryview | None:
+        """What has arrived: the message once it is whole, else None; `EOFError` once the worker's end
+        is closed."""
+        chunk = os.read(self._fd, min(max(self._missing, _MIN_READ_BYTES), _MAX_READ_BYTES))
+        if not chunk:
+            raise EOFError
+        if not self._buffer and len(chunk) >= _LENGTH.size:  # the usual: a whole message at once
+            end = _LENGTH.size + _LENGTH.unpack_from(chunk)[0]
+            if len(chunk) == end:
+                return memoryview(chunk)[_LENGTH.size :]
+        buffer = self._buffer
+        buffer += chunk
+        if len(buffer) < _LENGTH.size:
+            return None
+        end = _LENGTH.size + _LENGTH.unpack_from(buffer)[0]
+        if len(buffer) < end:
+            self._missing = end - len(buffer)
+            return None
+        message = buffer[_LENGTH.size : end]
+        del buffer[:end]
+        self._missing = 0
+        return message
+
+
 class ProcessInstance:
     """A tool instance living in its own worker process."""
 
@@ -134,6 +216,7 @@ class ProcessInstance:
         self._contexts = ContextSender()
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: multiprocessing.connection.Connection | None = None
+        self._reader: _MessageReader | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: asyncio.Future[Any] | None = None
         self._dead = False
@@ -162,6 +245,7 @@ class ProcessInstance:
         await asyncio.to_thread(self._start_process, self._process)
         child_conn.close()  # only the worker holds its end, so its death reads as end of file here
         self._conn = parent_conn
+        self._reader = _MessageReader(parent_conn.fileno())
         self._loop = asyncio.get_running_loop()
         self._pending = self._loop.create_future()
         self._loop.add_reader(parent_conn.fileno(), self._on_readable)
@@ -199,7 +283,7 @@ class ProcessInstance:
             raise
         self._pending = self._loop.create_future()
         try:
-            self._conn.send_bytes(payload)
+            _write_message(self._conn.fileno(), payload)
             result: ToolResult = await self._pending
             return result
         except (_WorkerExited, BrokenPipeError, ConnectionResetError):
@@ -214,7 +298,7 @@ class ProcessInstance:
         if not (held or self._releases) or not self.alive or self._conn is None:
             return
         with contextlib.suppress(OSError):  # a worker that died meanwhile is the router's to replace
-            self._conn.send_bytes(pickle.dumps((_RELEASE_SESSION, session_id, None)))
+            _write_message(self._conn.fileno(), pickle.dumps((_RELEASE_SESSION, session_id, None)))
 
     async def kill(self) -> None:
         """Kill the worker process and close the pipe."""
@@ -227,14 +311,20 @@ class ProcessInstance:
             self._conn.close()
 
     def _on_readable(self) -> None:
-        assert self._conn is not None
+        assert self._reader is not None
         try:
-            message = self._conn.recv()
+            message = self._reader.read()
         except (EOFError, OSError):
             self._mark_dead()
             return
-        if self._pending is not None and not self._pending.done():
-            self._pending.set_result(message)
+        if message is None or self._pending is None or self._pending.done():
+            return
+        try:
+            outcome = pickle.loads(message)
+        except Exception as exc:  # a result the server cannot load (the call fails, the worker is fine)
+            self._pending.set_exception(exc)
+            return
+        self._pending.set_result(outcome)
 
     def _mark_dead(self) -> None:
         self._dead = True
@@ -298,17 +388,18 @@ def _worker_main(
         # that tools share there (the simulated tools' renders) live as long as the server.
         vars(multiprocessing.current_process())["_config"]["tempdir"] = server_temp_dir
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle, not each worker's
+    fd = conn.fileno()
     try:
         tool = resolve_tool_class(tool_ref)(**config)
         tool.setup()
     except Exception as exc:
-        conn.send(("failed", sanitize_error_text(f"{type(exc).__name__}: {exc}")))
+        _write_message(fd, pickle.dumps(("failed", sanitize_error_text(f"{type(exc).__name__}: {exc}"))))
         return
-    conn.send(("ready", os.getpid()))
+    _write_message(fd, pickle.dumps(("ready", os.getpid())))
     contexts = ContextReceiver()
     while True:
         try:
-            method, kwargs, wire = conn.recv()
+            method, kwargs, wire = pickle.loads(_read_message(fd))
         except EOFError:
             return
         if method == _RELEASE_SESSION:
@@ -320,4 +411,4 @@ def _worker_main(
             payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             payload = pickle.dumps(error_result(TypeError(f"the result of {method} cannot be sent: {exc}")))
-        conn.send_bytes(payload)
+        _write_message(fd, payload)
