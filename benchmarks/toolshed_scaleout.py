@@ -115,8 +115,9 @@ async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
             }
             paths["bare_ray_actor"] = lambda: actor.noop.remote()
             # The floor of a call that carries its arguments: the same no-op with one argument as big
-            # as the Toolshed's (a call number, the method, the arguments, the context).
-            call = (1, "sleep.noop", {}, (ToolContext("0" * 32, {}, [], [], 2**63), ([], [])))
+            # as the Toolshed's (a call number, the method, the arguments, the context: session id,
+            # images, seed, and the session's part, sent once per session).
+            call = (1, "sleep.noop", {}, ("0" * 32, {}, 2**63, None))
             paths["bare_ray_actor_one_argument"] = lambda: actor.take.remote(call)
             paths["toolshed_http"] = functools.partial(http_call, calls_url)
             paths["bare_fastapi"] = functools.partial(http_call, f"{bare_url}/echo")

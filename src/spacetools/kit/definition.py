@@ -136,6 +136,11 @@ class ToolContext:
             self._rng = np.random.default_rng(self._rng)
         return self._rng
 
+    @property
+    def seed(self) -> int | None:
+        """The seed `rng` is made from, until it is made (None after, and when given a generator)."""
+        return None if isinstance(self._rng, np.random.Generator) else self._rng
+
     def __repr__(self) -> str:
         return (
             f"ToolContext(session_id={self.session_id!r}, images={sorted(self.images)}, "
@@ -160,13 +165,6 @@ class ToolContext:
             bit_generator.state = bit_state
             rng = np.random.Generator(bit_generator)
         self.__dict__.update(state, _rng=rng)
-
-    def with_conversation(
-        self, image_sizes: list[tuple[int, int]], attachments: list[dict[str, Any]]
-    ) -> ToolContext:
-        """This call's context (its images and random generator, shared) with the conversation's image
-        sizes and attachments replaced."""
-        return ToolContext(self.session_id, self.images, image_sizes, attachments, self._rng)
 
     @classmethod
     def local(

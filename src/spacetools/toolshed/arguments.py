@@ -90,6 +90,8 @@ def read_arguments(name: str, arguments: Arguments) -> tuple[dict[str, Any], lis
             raise ToolError(f"the arguments for {name} are not valid JSON: {reason}") from None
     if not isinstance(arguments, Mapping):
         raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
+    if not arguments:  # a method without arguments: nothing to walk
+        return {}, []
     _check_shape(name, arguments)
     return dict(arguments), referenced_names(arguments)
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from spacetools.kit.definition import ToolContext
 
 __all__ = ["ContextReceiver", "ContextSender", "WireContext"]
 
 _SessionPart = tuple[list[tuple[int, int]], list[dict[str, Any]]]
-#: What crosses to the instance: the call's own context (without the session's part) and the session's
-#: part `(image_sizes, attachments)` when the receiver may lack it.
-WireContext = tuple[ToolContext, _SessionPart | None]
+#: What crosses to the instance: the call's own part of its context `(session_id, images, seed)` (the
+#: seed, or the generator once one was made) and the session's part `(image_sizes, attachments)` when
+#: the receiver may lack it. Plain tuples: a `ToolContext` would cost each call its class's pickling.
+WireContext = tuple[str, dict[int, np.ndarray], int | np.random.Generator, _SessionPart | None]
 
 
 class ContextSender:
@@ -34,8 +37,8 @@ class ContextSender:
         if self._sent.get(ctx.session_id) != count:
             session = (ctx.image_sizes, ctx.attachments)
             self._sent[ctx.session_id] = count
-        # The caller's context stays whole (a batch sends it among its calls' contexts too).
-        return ctx.with_conversation([], []), session
+        seed = ctx.seed
+        return ctx.session_id, ctx.images, ctx.rng if seed is None else seed, session
 
     def forget(self, session_id: str) -> bool:
         """Drop a released session; True when the receiver holds its context (and must be told)."""
@@ -50,12 +53,11 @@ class ContextReceiver:
 
     def unpack(self, wire: WireContext) -> ToolContext:
         """The call's whole context."""
-        ctx, session = wire
+        session_id, images, rng, session = wire
         if session is not None:
-            self._sessions[ctx.session_id] = session
-        image_sizes, attachments = self._sessions[ctx.session_id]
-        ctx.image_sizes, ctx.attachments = list(image_sizes), list(attachments)
-        return ctx
+            self._sessions[session_id] = session
+        image_sizes, attachments = self._sessions[session_id]
+        return ToolContext(session_id, images, list(image_sizes), list(attachments), rng)
 
     def forget(self, session_id: str) -> None:
         """Drop a released session's context."""

@@ -33,7 +33,7 @@ from spacetools.kit.definition import (
     sanitize_error_text,
 )
 from spacetools.toolshed.backends.base import InstanceCrashed, SetupFailed
-from spacetools.toolshed.backends.context import ContextReceiver, ContextSender, WireContext
+from spacetools.toolshed.backends.context import ContextReceiver, ContextSender
 from spacetools.toolshed.deployment import ToolDeployment, resolve_tool_class
 
 if TYPE_CHECKING:
@@ -134,9 +134,10 @@ def _attach_bulk(result: ToolResult, bulk_ref: ray.ObjectRef[Any]) -> ToolResult
     return result
 
 
-#: One call as the actor takes it: the call's number on its instance, the method, the keyword
-#: arguments and the context.
-_Call = tuple[int, str, dict[str, Any], WireContext]
+#: One call as the actor takes it: `[number, method, kwargs, wire]`, the call's number on its instance,
+#: the method, the keyword arguments and the context (`WireContext`, as a list). Lists, not tuples: Ray
+#: packs lists of plain values with msgpack, while a tuple (and all it holds) goes through cloudpickle.
+_Call = list[Any]
 
 
 class _ToolActor:
@@ -261,6 +262,7 @@ class RayInstance:
         self._placed = False
         self._start_timeout_s = start_timeout_s
         self._actor: Any = None
+        self._invoke: Any = None
         self._pid: int | None = None
         self._dead = False
         self._releases = releases_sessions(resolve_tool_class(tool))
@@ -303,6 +305,7 @@ class RayInstance:
             await self.kill()
             raise SetupFailed(f"{self._name} setup failed: {detail}")
         self._pid = detail
+        self._invoke = self._actor.invoke  # a method handle made once (each attribute read makes one)
         watch = self._actor.watch.options(concurrency_group="watch").remote()
         watch.future().add_done_callback(self._on_death)
 
@@ -314,7 +317,8 @@ class RayInstance:
             raise InstanceCrashed(None)
         self._calls += 1
         try:
-            result_ref = self._actor.invoke.remote((self._calls, method, kwargs, self._contexts.pack(ctx)))
+            call: _Call = [self._calls, method, kwargs, list(self._contexts.pack(ctx))]
+            result_ref = self._invoke.remote(call)
         except Exception:
             self._contexts.forget(ctx.session_id)  # the actor did not get it: send it again next time
             raise
