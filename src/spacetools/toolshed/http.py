@@ -185,7 +185,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
             "is_error": result.is_error,
             "variables": sorted(result.variables),
             "images": images,
-            "value": _jsonable_or_none(result.value),
+            "value": result.value,
             "image_indices": list(result.image_indices),
         }
 
@@ -238,7 +238,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
             admission.release(extra)
         if results is None:  # nobody is listening any more
             return SafeJSONResponse([])
-        return SafeJSONResponse([await to_response(result, images) for result in results])
+        return _results_response([await to_response(result, images) for result in results])
 
     @app.get("/health")
     async def health() -> HealthResponse:
@@ -384,6 +384,17 @@ def _read_calls(body: bytes) -> list[CallRequest]:
 def _brief_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """Validation errors without the input they echo (which may be what could not be encoded)."""
     return [{key: error.get(key) for key in ("type", "loc", "msg")} for error in errors]
+
+
+def _results_response(items: list[dict[str, Any]]) -> SafeJSONResponse:
+    """The calls' results as a response; a `value` JSON cannot write is sent as None (the text still
+    carries the result). Each value is checked alone only when the whole cannot be written."""
+    try:
+        return SafeJSONResponse(items)
+    except (TypeError, ValueError, RecursionError):
+        for item in items:
+            item["value"] = _jsonable_or_none(item["value"])
+        return SafeJSONResponse(items)
 
 
 def _jsonable_or_none(value: Any) -> Any:
