@@ -4,12 +4,12 @@ Run: `python benchmarks/callpath_profile.py profile [--backend process] [--calls
 CPU time) of `Session.call` on the no-op tool `sleep.noop`, one caller; the top functions.
 
 `python benchmarks/callpath_profile.py compare OLD_SRC NEW_SRC --json`: the same calls measured with
-each checkout's `src` (e.g. `git archive main src | tar -x -C /tmp/old`), in child processes that
-alternate round by round, so both see the same load: per call, wall and process CPU time in process,
-in a worker process and over HTTP (the Toolshed's `/calls` less a bare FastAPI echo, as
-`toolshed_scaleout.py` measures it); ratios new/old are medians of each round's ratio. Also the Python
-bytecodes the server executes per call (all its threads; over HTTP, the server's less the bare echo's),
-which no load changes.
+each checkout's `src` (e.g. `git archive main src | tar -x -C /tmp/old`) by two child processes, kept
+up, that take turns in short bursts, so both see the same load: per call, wall and process CPU time in
+process, in a worker process and over HTTP (the Toolshed's `/calls` and a bare FastAPI echo, as
+`toolshed_scaleout.py` measures them); ratios new/old are medians of the rounds' ratios. Also the
+Python bytecodes the server executes per call (all its threads; over HTTP, the Toolshed's server less
+the bare echo's), which no load changes.
 """
 
 from __future__ import annotations
@@ -107,32 +107,48 @@ def _http_servers(shed: Any) -> Iterator[tuple[str, str]]:
             server.should_exit = True
 
 
-async def _times(calls: int) -> dict[str, Any]:
-    """One round with this process's `spacetools`: wall and CPU µs per call of each path (HTTP: the
-    servers in processes of their own, as `toolshed_scaleout.py` runs them)."""
+#: The paths a timing child measures, and the share of a burst's calls each makes (HTTP calls are slower).
+TIMED_PATHS = {"inprocess": 1.0, "process": 1.0, "http_bare": 0.25, "http_shed": 0.25}
+
+
+async def _serve_bursts() -> None:
+    """A timing child: with its paths set up once, answer each line "<path> <calls>" from the parent
+    with one JSON line of wall and process CPU µs per call (HTTP: the servers in processes of their own,
+    as `toolshed_scaleout.py` runs them)."""
+    import httpx
+
     from served import server_in_subprocess
     from toolshed_scaleout import BARE_FASTAPI, TOOLSHED_HTTP
 
-    out: dict[str, Any] = {}
-    for backend in BACKENDS:
-        async with _shed(backend) as shed:
-            call = functools.partial(shed.open_session([]).call, "sleep.noop")
-            await _timed(call, 100)  # warm-up
-            wall, cpu = await _timed(call, calls)
-            out[backend] = {"wall_us": round(wall, 1), "cpu_us": round(cpu, 1)}
-    with contextlib.ExitStack() as servers:
-        bare_url, _ = servers.enter_context(server_in_subprocess(BARE_FASTAPI))
-        shed_url, _ = servers.enter_context(server_in_subprocess(TOOLSHED_HTTP))
-        walls = await _http_walls(bare_url, shed_url, calls // 4)
-    out["http"] = {"added_wall_us": round(walls["shed"] - walls["bare"], 1)}
-    return out
+    async with contextlib.AsyncExitStack() as stack:
+        paths: dict[str, Callable[[], Awaitable[Any]]] = {}
+        for backend in BACKENDS:
+            shed = await stack.enter_async_context(_shed(backend))
+            paths[backend] = functools.partial(shed.open_session([]).call, "sleep.noop")
+        bare_url, _ = stack.enter_context(server_in_subprocess(BARE_FASTAPI))
+        shed_url, _ = stack.enter_context(server_in_subprocess(TOOLSHED_HTTP))
+        client = await stack.enter_async_context(httpx.AsyncClient(timeout=600))
+        session_id = (await client.post(f"{shed_url}/sessions", json={"images": []})).json()["id"]
+        for name, url in (
+            ("http_bare", f"{bare_url}/echo"),
+            ("http_shed", f"{shed_url}/sessions/{session_id}/calls"),
+        ):
+
+            async def post(url: str = url) -> None:
+                (await client.post(url, json=NOOP_BODY)).raise_for_status()
+
+            paths[name] = post
+        for path in paths.values():
+            await _timed(path, 50)  # warm-up
+        print("ready", flush=True)
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            name, calls = line.split()
+            wall, cpu = await _timed(paths[name], int(calls))
+            print(json.dumps({"wall_us": wall, "cpu_us": cpu}), flush=True)
 
 
-async def _http_walls(
-    bare_url: str, shed_url: str, calls: int, counter: _Bytecodes | None = None
-) -> dict[str, float]:
-    """Wall µs per call of the bare echo and of the Toolshed's `/calls` (or, with `counter`, the
-    bytecodes the server threads execute per call)."""
+async def _http_bytecodes(bare_url: str, shed_url: str, calls: int, counter: _Bytecodes) -> dict[str, float]:
+    """The bytecodes the server threads execute per call of the bare echo and of the Toolshed's `/calls`."""
     import httpx
 
     async with httpx.AsyncClient(timeout=600) as client:
@@ -145,9 +161,6 @@ async def _http_walls(
                 (await client.post(url, json=NOOP_BODY)).raise_for_status()
 
             await _timed(post, 50)
-            if counter is None:
-                out[name] = (await _timed(post, calls))[0]
-                continue
             counter.on = True
             await _timed(post, calls)
             counter.on = False
@@ -172,48 +185,96 @@ async def _bytecodes(calls: int) -> dict[str, Any]:
             out[backend] = round(sum(counter.counts.values()) / calls)
             counter.counts.clear()
     with _http_servers(_shed("inprocess")) as (bare_url, shed_url):
-        counts = await _http_walls(bare_url, shed_url, calls // 4, counter)
+        counts = await _http_bytecodes(bare_url, shed_url, calls // 4, counter)
     out["http_added"] = round(counts["shed"] - counts["bare"])
     return out
 
 
-def _child(src: str, mode: str, calls: int) -> dict[str, Any]:
-    """One measuring child with `src` first on the path."""
+def _bytecodes_child(src: str, calls: int) -> dict[str, Any]:
+    """The bytecodes per call of each path, counted in a child with `src` first on the path."""
     env = dict(os.environ, PYTHONPATH=src, RAY_AUTH_MODE="disabled")
-    command = [sys.executable, __file__, "measure", mode, "--calls", str(calls)]
+    command = [sys.executable, __file__, "measure", "bytecodes", "--calls", str(calls)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+class _TimingChild:
+    """A child timing bursts of calls with one checkout's `src`, kept up between bursts."""
+
+    def __init__(self, src: str) -> None:
+        env = dict(os.environ, PYTHONPATH=src, RAY_AUTH_MODE="disabled")
+        command = [sys.executable, __file__, "measure", "times"]
+        self._process = subprocess.Popen(
+            command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self._line()  # "ready"
+
+    def burst(self, path: str, calls: int) -> dict[str, float]:
+        assert self._process.stdin is not None
+        self._process.stdin.write(f"{path} {calls}\n")
+        self._process.stdin.flush()
+        return dict(json.loads(self._line()))
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=120)
+
+    def _line(self) -> str:
+        assert self._process.stdout is not None
+        while True:  # the servers it starts may write lines of their own
+            line = self._process.stdout.readline()
+            if not line:
+                raise RuntimeError("the timing child exited")
+            if line.startswith(("{", "ready")):
+                return line
 
 
 def _compare(old: str, new: str, rounds: int, calls: int, bytecode_calls: int) -> dict[str, Any]:
     load = round(os.getloadavg()[0], 2)
     checkouts = {"old": old, "new": new}
-    bytecodes = {name: _child(src, "bytecodes", bytecode_calls) for name, src in checkouts.items()}
-    samples: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
-    for index in range(rounds):
-        for name in ("old", "new") if index % 2 == 0 else ("new", "old"):
-            samples[name].append(_child(checkouts[name], "times", calls))
+    bytecodes = {name: _bytecodes_child(src, bytecode_calls) for name, src in checkouts.items()}
+    children = {name: _TimingChild(src) for name, src in checkouts.items()}
+    samples = {name: {path: [] for path in TIMED_PATHS} for name in checkouts}
+    for index in range(rounds):  # bursts alternate, first one checkout then the other
+        for path, share in TIMED_PATHS.items():
+            for name in ("old", "new") if index % 2 == 0 else ("new", "old"):
+                samples[name][path].append(children[name].burst(path, max(1, round(calls * share))))
+    for child in children.values():
+        child.close()
 
-    def figure(path: str, key: str) -> dict[str, Any]:
-        old_values = [sample[path][key] for sample in samples["old"]]
-        new_values = [sample[path][key] for sample in samples["new"]]
-        ratios = [mine / theirs for mine, theirs in zip(new_values, old_values, strict=True)]
+    def figure(values: dict[str, list[float]]) -> dict[str, Any]:
+        ratios = [mine / theirs for mine, theirs in zip(values["new"], values["old"], strict=True)]
         return {
-            "old": round(statistics.median(old_values), 1),
-            "new": round(statistics.median(new_values), 1),
+            "old": round(statistics.median(values["old"]), 1),
+            "new": round(statistics.median(values["new"]), 1),
             "new_over_old": round(statistics.median(ratios), 3),
-            "new_over_old_per_round": [round(ratio, 3) for ratio in ratios],
         }
 
+    def measured(path: str, key: str) -> dict[str, list[float]]:
+        return {name: [sample[key] for sample in samples[name][path]] for name in checkouts}
+
+    added = {
+        name: [
+            shed["wall_us"] - bare["wall_us"]
+            for shed, bare in zip(samples[name]["http_shed"], samples[name]["http_bare"], strict=True)
+        ]
+        for name in checkouts
+    }
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "load_1min_before": load,
         "load_1min_after": round(os.getloadavg()[0], 2),
         "rounds": rounds,
-        "calls_per_round": calls,
-        "wall_us": {backend: figure(backend, "wall_us") for backend in BACKENDS}
-        | {"http_added": figure("http", "added_wall_us")},
-        "cpu_us": {backend: figure(backend, "cpu_us") for backend in BACKENDS},
+        "calls_per_burst": {path: max(1, round(calls * share)) for path, share in TIMED_PATHS.items()},
+        "wall_us": {path: figure(measured(path, "wall_us")) for path in TIMED_PATHS},
+        # The HTTP figure is a difference of two noisy ones: its ratio is of the medians.
+        "http_added_wall_us": {
+            "old": round(statistics.median(added["old"]), 1),
+            "new": round(statistics.median(added["new"]), 1),
+            "new_over_old": round(statistics.median(added["new"]) / statistics.median(added["old"]), 3),
+        },
+        "cpu_us": {path: figure(measured(path, "cpu_us")) for path in BACKENDS},
         "bytecodes_per_call": {
             path: {
                 "old": bytecodes["old"][path],
@@ -246,20 +307,22 @@ if __name__ == "__main__":  # the guard also keeps worker processes from re-runn
     compare = commands.add_parser("compare", help="two checkouts' src, alternating")
     compare.add_argument("old", type=Path)
     compare.add_argument("new", type=Path)
-    compare.add_argument("--rounds", type=int, default=9)
-    compare.add_argument("--calls", type=int, default=2000)
+    compare.add_argument("--rounds", type=int, default=40)
+    compare.add_argument("--calls", type=int, default=300, help="calls per burst (HTTP: a quarter)")
     compare.add_argument("--bytecode-calls", type=int, default=400)
     compare.add_argument("--json", action="store_true", help="print one JSON object (the only output)")
     measure = commands.add_parser("measure", help="one child of compare")
     measure.add_argument("mode", choices=("times", "bytecodes"))
-    measure.add_argument("--calls", type=int, default=2000)
+    measure.add_argument("--calls", type=int, default=400, help="bytecodes: calls counted")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if args.command == "profile":
         asyncio.run(_profile(args.backend, args.calls, args.top))
     elif args.command == "measure":
-        measured = _times(args.calls) if args.mode == "times" else _bytecodes(args.calls)
-        print(json.dumps(asyncio.run(measured)))
+        if args.mode == "times":
+            asyncio.run(_serve_bursts())
+        else:
+            print(json.dumps(asyncio.run(_bytecodes(args.calls))))
     else:
         report = _compare(
             str(args.old.resolve()), str(args.new.resolve()), args.rounds, args.calls, args.bytecode_calls

@@ -327,12 +327,12 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
 
 
 _CALLS = TypeAdapter(list[CallRequest])
-_IMAGES_HELP = "Return the images tools made, as PNG data URLs."
 #: Call bodies up to this size are parsed on the event loop (faster than a thread's round trip).
 _SMALL_BODY_BYTES = 16 * 2**10
 _CALLS_SCHEMA = {"type": "array", "items": CallRequest.model_json_schema()}  # CallRequest nests no model
 
 
+_IMAGES_HELP = "Return the images tools made, as PNG data URLs."
 #: The call endpoint's parameters as FastAPI would document them. It reads them itself (`_images_parameter`,
 #: `request.path_params`): FastAPI's solving of declared parameters costs more than the rest of its work
 #: on a no-op call.

@@ -158,15 +158,18 @@ class _ToolActor:
             return "failed", sanitize_error_text(f"{type(exc).__name__}: {exc}")
         return "ready", os.getpid()
 
-    def invoke(self, call: _Call) -> ToolResult:
-        """Run one call; its big arrays wait for `take_bulk` (the server asks only when there are)."""
+    def invoke(self, call: _Call) -> ToolResult | dict[str, Any]:
+        """Run one call; its big arrays wait for `take_bulk` (the server asks only when there are).
+
+        A plain `ToolResult` goes back as its fields, which Ray packs with msgpack (a dataclass is
+        pickled, with its class, for every call)."""
         assert self._tool is not None, "setup() runs first"
         number, method, kwargs, wire = call
         ctx = self._contexts.unpack(wire)
         result = invoke_tool_method(self._tool, method, fetch_cluster_values(kwargs), ctx)
         bulk = _split_bulk(result)
         self._bulk = (number, bulk) if bulk else None
-        return result
+        return vars(result) if type(result) is ToolResult else result
 
     def take_bulk(self, number: int) -> dict[str, np.ndarray]:
         """The big arrays of call `number`, to become a return object the server owns."""
@@ -323,10 +326,11 @@ class RayInstance:
             self._contexts.forget(ctx.session_id)  # the actor did not get it: send it again next time
             raise
         try:
-            result: ToolResult = await result_ref
+            outcome: ToolResult | dict[str, Any] = await result_ref
         except ray.exceptions.RayActorError:
             self._dead = True
             raise InstanceCrashed(None) from None
+        result = ToolResult(**outcome) if isinstance(outcome, dict) else outcome
         if _has_bulk(result):
             # Asked for before any later call can reach the actor, so its arrays are still there.
             _attach_bulk(result, self._actor.take_bulk.remote(self._calls))
