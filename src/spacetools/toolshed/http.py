@@ -417,11 +417,12 @@ async def _unless_disconnected(request: Request, work: Awaitable[_T]) -> _T | No
     task = asyncio.current_task()
     assert task is not None, "runs in a task"
     disconnected = False
+    watcher: asyncio.Future[Message]  # the task reading the next message
 
     def watch() -> asyncio.Future[Message]:
-        watcher = asyncio.ensure_future(request.receive())
-        watcher.add_done_callback(on_message)
-        return watcher
+        reading = asyncio.ensure_future(request.receive())
+        reading.add_done_callback(on_message)
+        return reading
 
     def on_message(done: asyncio.Future[Message]) -> None:
         nonlocal disconnected, watcher
