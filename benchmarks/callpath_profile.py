@@ -7,7 +7,8 @@ CPU time) of `Session.call` on the no-op tool `sleep.noop`, one caller; the top 
 each checkout's `src` (e.g. `git archive main src | tar -x -C /tmp/old`) by two child processes, kept
 up, that take turns in short bursts, so both see the same load: per call, wall and process CPU time in
 process, in a worker process and over HTTP (the Toolshed's `/calls` and a bare FastAPI echo, as
-`toolshed_scaleout.py` measures them); ratios new/old are medians of the rounds' ratios. Also the
+`toolshed_scaleout.py` measures them) and, with `--ray`, on the Ray backend and a bare Ray actor (in
+one local cluster); ratios new/old are medians of the rounds' ratios. Also the
 Python bytecodes the server executes per call (all its threads; over HTTP, the Toolshed's server less
 the bare echo's), which no load changes.
 """
@@ -42,7 +43,8 @@ def _shed(backend: str) -> Any:
     from spacetools.tools.diagnostics import SleepTool
     from spacetools.toolshed import ToolDeployment, Toolshed
 
-    return Toolshed([ToolDeployment(tool=SleepTool, backend=backend)])
+    share = {"num_cpus": 0.1} if backend == "ray" else {}
+    return Toolshed([ToolDeployment(tool=SleepTool, backend=backend, **share)])
 
 
 async def _timed(call: Callable[[], Awaitable[Any]], calls: int) -> tuple[float, float]:
@@ -109,9 +111,18 @@ def _http_servers(shed: Any) -> Iterator[tuple[str, str]]:
 
 #: The paths a timing child measures, and the share of a burst's calls each makes (HTTP calls are slower).
 TIMED_PATHS = {"inprocess": 1.0, "process": 1.0, "http_bare": 0.25, "http_shed": 0.25}
+#: With `--ray`: the Ray backend and a bare Ray actor's no-op, in a Ray cluster the parent starts.
+RAY_PATHS = {"ray": 0.1, "ray_bare": 0.1}
 
 
-async def _serve_bursts() -> None:
+class _BareNoop:
+    """The no-op as a bare Ray actor method."""
+
+    def noop(self) -> str:
+        return "ok"
+
+
+async def _serve_bursts(with_ray: bool) -> None:
     """A timing child: with its paths set up once, answer each line "<path> <calls>" from the parent
     with one JSON line of wall and process CPU µs per call (HTTP: the servers in processes of their own,
     as `toolshed_scaleout.py` runs them)."""
@@ -122,9 +133,14 @@ async def _serve_bursts() -> None:
 
     async with contextlib.AsyncExitStack() as stack:
         paths: dict[str, Callable[[], Awaitable[Any]]] = {}
-        for backend in BACKENDS:
+        for backend in (*BACKENDS, "ray") if with_ray else BACKENDS:
             shed = await stack.enter_async_context(_shed(backend))
             paths[backend] = functools.partial(shed.open_session([]).call, "sleep.noop")
+        if with_ray:
+            import ray
+
+            actor = ray.remote(_BareNoop).options(num_cpus=0.1).remote()
+            paths["ray_bare"] = lambda: actor.noop.remote()
         bare_url, _ = stack.enter_context(server_in_subprocess(BARE_FASTAPI))
         shed_url, _ = stack.enter_context(server_in_subprocess(TOOLSHED_HTTP))
         client = await stack.enter_async_context(httpx.AsyncClient(timeout=600))
@@ -201,9 +217,12 @@ def _bytecodes_child(src: str, calls: int) -> dict[str, Any]:
 class _TimingChild:
     """A child timing bursts of calls with one checkout's `src`, kept up between bursts."""
 
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, ray_address: str | None) -> None:
         env = dict(os.environ, PYTHONPATH=src, RAY_AUTH_MODE="disabled")
         command = [sys.executable, __file__, "measure", "times"]
+        if ray_address is not None:
+            env["RAY_ADDRESS"] = ray_address
+            command.append("--ray")
         self._process = subprocess.Popen(
             command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -230,14 +249,25 @@ class _TimingChild:
                 return line
 
 
-def _compare(old: str, new: str, rounds: int, calls: int, bytecode_calls: int) -> dict[str, Any]:
+def _compare(
+    old: str, new: str, rounds: int, calls: int, bytecode_calls: int, with_ray: bool
+) -> dict[str, Any]:
     load = round(os.getloadavg()[0], 2)
     checkouts = {"old": old, "new": new}
     bytecodes = {name: _bytecodes_child(src, bytecode_calls) for name, src in checkouts.items()}
-    children = {name: _TimingChild(src) for name, src in checkouts.items()}
-    samples = {name: {path: [] for path in TIMED_PATHS} for name in checkouts}
+    ray_address = None
+    if with_ray:  # one local cluster for both children (each its own job, with its own `src`)
+        import ray
+
+        ray.init(include_dashboard=False, log_to_driver=False)
+        ray_address = ray.get_runtime_context().gcs_address
+    timed = TIMED_PATHS | (RAY_PATHS if with_ray else {})
+    children = {name: _TimingChild(src, ray_address) for name, src in checkouts.items()}
+    samples: dict[str, dict[str, list[dict[str, float]]]] = {
+        name: {path: [] for path in timed} for name in checkouts
+    }
     for index in range(rounds):  # bursts alternate, first one checkout then the other
-        for path, share in TIMED_PATHS.items():
+        for path, share in timed.items():
             for name in ("old", "new") if index % 2 == 0 else ("new", "old"):
                 samples[name][path].append(children[name].burst(path, max(1, round(calls * share))))
     for child in children.values():
@@ -254,6 +284,20 @@ def _compare(old: str, new: str, rounds: int, calls: int, bytecode_calls: int) -
     def measured(path: str, key: str) -> dict[str, list[float]]:
         return {name: [sample[key] for sample in samples[name][path]] for name in checkouts}
 
+    def ray_ratios() -> dict[str, float]:
+        """Per checkout, the median of the rounds' Ray backend over bare actor; and new over old."""
+        ratios = {
+            name: statistics.median(
+                mine["wall_us"] / bare["wall_us"]
+                for mine, bare in zip(samples[name]["ray"], samples[name]["ray_bare"], strict=True)
+            )
+            for name in checkouts
+        }
+        return {
+            **{name: round(ratio, 3) for name, ratio in ratios.items()},
+            "new_over_old": round(ratios["new"] / ratios["old"], 3),
+        }
+
     added = {
         name: [
             shed["wall_us"] - bare["wall_us"]
@@ -266,8 +310,8 @@ def _compare(old: str, new: str, rounds: int, calls: int, bytecode_calls: int) -
         "load_1min_before": load,
         "load_1min_after": round(os.getloadavg()[0], 2),
         "rounds": rounds,
-        "calls_per_burst": {path: max(1, round(calls * share)) for path, share in TIMED_PATHS.items()},
-        "wall_us": {path: figure(measured(path, "wall_us")) for path in TIMED_PATHS},
+        "calls_per_burst": {path: max(1, round(calls * share)) for path, share in timed.items()},
+        "wall_us": {path: figure(measured(path, "wall_us")) for path in timed},
         # The HTTP figure is a difference of two noisy ones: its ratio is of the medians.
         "http_added_wall_us": {
             "old": round(statistics.median(added["old"]), 1),
@@ -275,6 +319,7 @@ def _compare(old: str, new: str, rounds: int, calls: int, bytecode_calls: int) -
             "new_over_old": round(statistics.median(added["new"]) / statistics.median(added["old"]), 3),
         },
         "cpu_us": {path: figure(measured(path, "cpu_us")) for path in BACKENDS},
+        **({"ray_over_bare_actor": ray_ratios()} if with_ray else {}),
         "bytecodes_per_call": {
             path: {
                 "old": bytecodes["old"][path],
@@ -310,21 +355,28 @@ if __name__ == "__main__":  # the guard also keeps worker processes from re-runn
     compare.add_argument("--rounds", type=int, default=40)
     compare.add_argument("--calls", type=int, default=300, help="calls per burst (HTTP: a quarter)")
     compare.add_argument("--bytecode-calls", type=int, default=400)
+    compare.add_argument("--ray", action="store_true", help="also the Ray backend against a bare actor")
     compare.add_argument("--json", action="store_true", help="print one JSON object (the only output)")
     measure = commands.add_parser("measure", help="one child of compare")
     measure.add_argument("mode", choices=("times", "bytecodes"))
     measure.add_argument("--calls", type=int, default=400, help="bytecodes: calls counted")
+    measure.add_argument("--ray", action="store_true", help="times: also Ray (RAY_ADDRESS: the cluster)")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if args.command == "profile":
         asyncio.run(_profile(args.backend, args.calls, args.top))
     elif args.command == "measure":
         if args.mode == "times":
-            asyncio.run(_serve_bursts())
+            asyncio.run(_serve_bursts(args.ray))
         else:
             print(json.dumps(asyncio.run(_bytecodes(args.calls))))
     else:
         report = _compare(
-            str(args.old.resolve()), str(args.new.resolve()), args.rounds, args.calls, args.bytecode_calls
+            str(args.old.resolve()),
+            str(args.new.resolve()),
+            args.rounds,
+            args.calls,
+            args.bytecode_calls,
+            args.ray,
         )
         print(json.dumps(report) if args.json else json.dumps(report, indent=2))
