@@ -131,14 +131,20 @@ async def _serve_bursts(with_ray: bool) -> None:
     from served import server_in_subprocess
     from toolshed_scaleout import BARE_FASTAPI, TOOLSHED_HTTP
 
+    if with_ray:
+        import ray
+
+        # This job's actors run this checkout: Ray's workers take the cluster's environment, not ours.
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}}, log_to_driver=False)
     async with contextlib.AsyncExitStack() as stack:
         paths: dict[str, Callable[[], Awaitable[Any]]] = {}
         for backend in (*BACKENDS, "ray") if with_ray else BACKENDS:
             shed = await stack.enter_async_context(_shed(backend))
-            paths[backend] = functools.partial(shed.open_session([]).call, "sleep.noop")
+            call = functools.partial(shed.open_session([]).call, "sleep.noop")
+            result = await call()
+            assert not result.is_error, result.text  # a no-op that fails would time the failure
+            paths[backend] = call
         if with_ray:
-            import ray
-
             actor = ray.remote(_BareNoop).options(num_cpus=0.1).remote()
             paths["ray_bare"] = lambda: actor.noop.remote()
         bare_url, _ = stack.enter_context(server_in_subprocess(BARE_FASTAPI))
