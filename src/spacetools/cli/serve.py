@@ -22,9 +22,6 @@ MCP_TRANSPORTS = ("stdio", "streamable-http")
 def serve(
     toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
     toolset_config: Annotated[Path | None, toolset_config_option()] = None,
-    old_config: Annotated[
-        Path | None, typer.Option("--config", hidden=True, help="The old name of --toolset-config.")
-    ] = None,
     host: Annotated[
         str, typer.Option(help="Address to listen on (anything but loopback requires --token).")
     ] = "127.0.0.1",
@@ -100,15 +97,6 @@ def serve(
     With `--mcp`, serve it to MCP clients instead, over stdio (a client starts the server) or
     streamable HTTP.
     """
-    if old_config is not None:  # kept for one release, so scripts written for it keep working
-        if toolset_config is not None:
-            raise typer.BadParameter(
-                "give --toolset-config only (--config is its old name)", param_hint="--config"
-            )
-        typer.echo(
-            "Warning: --config is now --toolset-config; the old name goes in the next release.", err=True
-        )
-        toolset_config = old_config
     deployments = with_profile(toolset_deployments(toolset, toolset_config), profile)
     if mcp_transport not in MCP_TRANSPORTS:
         raise typer.BadParameter(
