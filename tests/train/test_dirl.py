@@ -82,4 +82,6 @@ def test_each_held_out_set_s_constant_guess_is_scored_on_the_questions_its_model
     assert guesses["eval"]["spatialsim_cvb2drelation"]["n"] == 5
     assert guesses["eval_2"]["spatialsim_cvb2drelation"]["n"] == 3
     assert run.second_eval_limit == 3
-    assert dirl.DIRLRun(config.model_copy(update={"second_eval_limit": None}), tmp_path).second_eval_limit == 5
+    assert (
+        dirl.DIRLRun(config.model_copy(update={"second_eval_limit": None}), tmp_path).second_eval_limit == 5
+    )
