@@ -149,11 +149,6 @@ CASES: list[tuple[str, Case, str]] = [
     ),
     ("generate-into-a-full-folder", lambda p: ["data", "generate", "--out", str(p), "--n", "1"], "not empty"),
     (
-        "serve-config-twice",
-        lambda p: ["serve", "--config", str(p / "a.yaml"), "--toolset-config", str(p / "b.yaml")],
-        "give --toolset-config only",
-    ),
-    (
         "serve-empty-call-body-limit",
         lambda p: ["serve", "--max-call-body-bytes", "0"],
         "--max-call-body-bytes",

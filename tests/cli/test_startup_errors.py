@@ -47,7 +47,7 @@ def _commands(config: Path, data: Path, tmp_path: Path) -> list[list[str | Path]
     out = tmp_path / "out"
     return [
         ["eval", "--policy", "scripted", "--data", data, "--out", out, "--toolset-config", config],
-        ["serve", "--config", config],
+        ["serve", "--toolset-config", config],
         ["tools", "list", "--toolset-config", config],
         ["train", "sft", "--model", model, "--data", traces, "--out", out, "--config", config],
         ["train", "grpo", "--model", model, "--data", data, "--out", out, "--config", config],

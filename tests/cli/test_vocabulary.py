@@ -58,17 +58,7 @@ def test_every_command_with_simulated_tools_defaults_to_one_profile_and_says_so(
 def test_the_tool_set_file_is_toolset_config_everywhere(path: list[str]) -> None:
     assert "--toolset-config" in _option(path, "--toolset-config").opts
     shown = runner.invoke(app, [*path, "--help"])
-    assert "--toolset-config" in shown.output and " --config " not in shown.output  # the alias is hidden
-
-
-def test_serve_still_reads_the_old_config_name_with_a_warning(tmp_path: Path) -> None:
-    broken = tmp_path / "tools.yaml"
-    broken.write_text("tools: [\n")
-    result = runner.invoke(app, ["serve", "--config", str(broken)])
-    assert result.exit_code == 2  # the file was read (and found broken) under its new name
-    lines = result.stderr.strip().splitlines()
-    assert lines[0].startswith("Warning: --config is now --toolset-config")
-    assert lines[1].startswith("Error: Invalid value for --toolset-config") and "not valid YAML" in lines[1]
+    assert "--toolset-config" in shown.output and " --config " not in shown.output
 
 
 def test_openai_schemas_carry_names_the_api_accepts() -> None:

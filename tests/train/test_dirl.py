@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,31 @@ def test_the_irl_teacher_answers_at_most_the_limit_per_family(
     asyncio.run(dirl.DIRLRun(config, tmp_path)._irl_traces(tmp_path))
     assert seen[0].limit == 5 and seen[0].benches == ["spatialsim_reflocation"]
     assert seen[0].rollout.max_turns == 2  # the limits the IRL teacher trained with
+
+
+def test_each_held_out_set_s_constant_guess_is_scored_on_the_questions_its_models_answer(
+    tmp_path: Path,
+) -> None:
+    config = DIRLConfig.model_validate(
+        {
+            "data": {
+                "train_n": 6,
+                "eval_n": 6,
+                "eval_seed": 700,
+                "second_eval_seed": 1100,
+                "families": ["cvb2drelation"],
+            },
+            "eval_limit": 5,
+            "second_eval_limit": 3,
+        }
+    )
+    run = dirl.DIRLRun(config, tmp_path)
+    run._data(run.stage_dir("data"), ["cvb2drelation"])
+    run._baseline(tmp_path)
+    guesses = json.loads((tmp_path / dirl.BASELINE_FILE).read_text())
+    assert guesses["eval"]["spatialsim_cvb2drelation"]["n"] == 5
+    assert guesses["eval_2"]["spatialsim_cvb2drelation"]["n"] == 3
+    assert run.second_eval_limit == 3
+    assert (
+        dirl.DIRLRun(config.model_copy(update={"second_eval_limit": None}), tmp_path).second_eval_limit == 5
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -32,18 +33,23 @@ def _family_list(values: list[str] | None) -> list[str] | None:
 
 @app.command()
 def generate(
-    out: Path = typer.Option(..., "--out", help="Folder for the spatialsim_<family>.parquet files."),
-    n: int = typer.Option(..., "--n", help="Questions per family."),
-    seed: int = seed_option("Run seed; the same arguments give identical files."),
-    families: list[str] | None = typer.Option(
-        None,
-        "--families",
-        help=f"Families to generate, comma-separated or repeated (default all: {', '.join(FAMILIES)}).",
-    ),
-    workers: int | None = typer.Option(None, "--workers", help="Processes (default: up to 2)."),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Write into a folder that is not empty, replacing its SpatialSim files."
-    ),
+    out: Annotated[Path, typer.Option("--out", help="Folder for the spatialsim_<family>.parquet files.")],
+    n: Annotated[int, typer.Option("--n", help="Questions per family.")],
+    seed: Annotated[int, seed_option("Run seed; the same arguments give identical files.")] = 0,
+    families: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--families",
+            help=f"Families to generate, comma-separated or repeated (default all: {', '.join(FAMILIES)}).",
+        ),
+    ] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="Processes (default: up to 2).")] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Write into a folder that is not empty, replacing its SpatialSim files."
+        ),
+    ] = False,
 ) -> None:
     """Generate SpatialSim questions with ground truth into verl parquet files."""
     if n < 1:
@@ -81,14 +87,18 @@ def generate(
 
 @app.command()
 def show(
-    folder: Path = typer.Argument(..., help="A folder of parquet files (or one parquet file)."),
-    index: int = typer.Option(..., "--index", help="The sample's extra_info index."),
-    family: str | None = typer.Option(None, "--family", help="Family to show (default: the first file's)."),
-    out: Path | None = typer.Option(
-        None,
-        "--out",
-        help="PNG to write, or a folder to write show_<key>_<index>.png into (default: the data's folder).",
-    ),
+    folder: Annotated[Path, typer.Argument(help="A folder of parquet files (or one parquet file).")],
+    index: Annotated[int, typer.Option("--index", help="The sample's extra_info index.")],
+    family: Annotated[
+        str | None, typer.Option("--family", help="Family to show (default: the first file's).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="PNG to write, or a folder to write show_<key>_<index>.png into (default: the data's folder).",
+        ),
+    ] = None,
 ) -> None:
     """Write a PNG of one sample with its question and ground truth drawn on the image."""
     if family is not None and family not in FAMILIES:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -15,18 +16,19 @@ from spacetools.bench.evaluate import REPORT_FILE, EvalConfig, evaluate
 from spacetools.bench.progress import progress_bar
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
-from spacetools.cli.options import check_out_folder, profile_option, seed_option
+from spacetools.cli.options import ProfileOption, check_out_folder, seed_option
 from spacetools.toolshed import ToolsConfig
+from spacetools.toolshed.connection import DEFAULT_PROFILE
 
 
 def demo(
-    out: Path = typer.Option(
-        Path("spacetools_demo"), "--out", help="Folder for data/ (parquet) and run/ (results)."
+    out: Annotated[Path, typer.Option("--out", help="Folder for data/ (parquet) and run/ (results).")] = Path(
+        "spacetools_demo"
     ),
-    n: int = typer.Option(20, "--n", min=1, help="Questions per family."),
-    seed: int = seed_option("Seed of the generated set and of the tools' realism."),
-    profile: str = profile_option(),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes run at once."),
+    n: Annotated[int, typer.Option("--n", min=1, help="Questions per family.")] = 20,
+    seed: Annotated[int, seed_option("Seed of the generated set and of the tools' realism.")] = 0,
+    profile: ProfileOption = DEFAULT_PROFILE,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Episodes run at once.")] = 8,
 ) -> None:
     """Generate SpatialSim questions, run the scripted expert with live tools, print the table and report."""
     console = Console()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -27,16 +27,17 @@ from spacetools.bench.evaluate import (
 from spacetools.bench.runlock import RunFolderBusyError
 from spacetools.bench.summary import Summary
 from spacetools.cli.options import (
+    ProfileOption,
     check_device,
     check_out_folder,
     comma_list,
     key_values,
-    profile_option,
     read_text_file,
     seed_option,
     toolset_config_option,
 )
 from spacetools.toolshed import ToolsConfig
+from spacetools.toolshed.connection import DEFAULT_PROFILE
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -79,48 +80,66 @@ _TOOLS_OPTIONS = {f"tools.{name}": "--" + name.replace("_", "-") for name in Too
 @app.callback(invoke_without_command=True)
 def run(
     ctx: typer.Context,
-    policy: str | None = typer.Option(None, "--policy", help=f"One of: {', '.join(POLICIES)}."),
-    data: Path | None = typer.Option(
-        None, "--data", help="A parquet file, a folder of <key>.parquet, or the eval set's folder (data/)."
-    ),
-    out: Path | None = typer.Option(
-        None, "--out", help="Run folder: run.json, samples.jsonl, summary.json, report.html."
-    ),
-    bench: list[str] | None = typer.Option(
-        None, "--bench", help="Benchmark keys (parquet stems), comma-separated or repeated; default all."
-    ),
-    profile: str = profile_option(),
-    limit: int | None = typer.Option(None, "--limit", help="At most this many samples per benchmark."),
-    concurrency: int = typer.Option(8, "--concurrency", help="Episodes run at once."),
-    max_turns: int = typer.Option(8, "--max-turns", help="Assistant turns per episode."),
-    seed: int = seed_option("Toolshed seed (realism draws are reproducible)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already in samples.jsonl."),
-    max_policy_errors: int = typer.Option(
-        MAX_POLICY_ERRORS,
-        "--max-policy-errors",
-        min=0,
-        help="Stop the run (exit 1) when this many episodes in a row end with a policy error, such as a "
-        "model endpoint that does not answer; 0: never stop.",
-    ),
-    option: list[str] | None = typer.Option(
-        None, "--option", help="Policy option key=value, repeated (e.g. model=..., base_url=...)."
-    ),
-    system_prompt: Path | None = typer.Option(
-        None,
-        "--system-prompt",
-        exists=True,
-        dir_okay=False,
-        help="System prompt template file ({tools} marks the tools block); default: our own prompt.",
-    ),
-    max_tool_response_chars: int = typer.Option(
-        2048, "--max-tool-response-chars", min=1, help="Longer tool responses are cut in the middle."
-    ),
-    toolshed_url: str | None = typer.Option(
-        None,
-        "--toolshed-url",
-        help="Use a running Toolshed server (spacetools serve) instead of local tools.",
-    ),
-    toolset_config: Path | None = toolset_config_option("default: the simulated V1 tools"),
+    policy: Annotated[str | None, typer.Option("--policy", help=f"One of: {', '.join(POLICIES)}.")] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data", help="A parquet file, a folder of <key>.parquet, or the eval set's folder (data/)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Run folder: run.json, samples.jsonl, summary.json, report.html."),
+    ] = None,
+    bench: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--bench", help="Benchmark keys (parquet stems), comma-separated or repeated; default all."
+        ),
+    ] = None,
+    profile: ProfileOption = DEFAULT_PROFILE,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="At most this many samples per benchmark.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Episodes run at once.")] = 8,
+    max_turns: Annotated[int, typer.Option("--max-turns", help="Assistant turns per episode.")] = 8,
+    seed: Annotated[int, seed_option("Toolshed seed (realism draws are reproducible).")] = 0,
+    resume: Annotated[
+        bool, typer.Option("--resume/--no-resume", help="Skip samples already in samples.jsonl.")
+    ] = True,
+    max_policy_errors: Annotated[
+        int,
+        typer.Option(
+            "--max-policy-errors",
+            min=0,
+            help="Stop the run (exit 1) when this many episodes in a row end with a policy error, such as a "
+            "model endpoint that does not answer; 0: never stop.",
+        ),
+    ] = MAX_POLICY_ERRORS,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", help="Policy option key=value, repeated (e.g. model=..., base_url=...)."),
+    ] = None,
+    system_prompt: Annotated[
+        Path | None,
+        typer.Option(
+            "--system-prompt",
+            exists=True,
+            dir_okay=False,
+            help="System prompt template file ({tools} marks the tools block); default: our own prompt.",
+        ),
+    ] = None,
+    max_tool_response_chars: Annotated[
+        int,
+        typer.Option("--max-tool-response-chars", min=1, help="Longer tool responses are cut in the middle."),
+    ] = 2048,
+    toolshed_url: Annotated[
+        str | None,
+        typer.Option(
+            "--toolshed-url", help="Use a running Toolshed server (spacetools serve) instead of local tools."
+        ),
+    ] = None,
+    toolset_config: Annotated[Path | None, toolset_config_option("default: the simulated V1 tools")] = None,
 ) -> None:
     """Evaluate a policy on benchmark samples with live tools and write a run folder."""
     if ctx.invoked_subcommand is not None:
@@ -184,8 +203,8 @@ def run(
 
 @app.command()
 def compare(
-    a: Path = typer.Argument(..., help="Run folder or summary.json of run A."),
-    b: Path = typer.Argument(..., help="Run folder or summary.json of run B."),
+    a: Annotated[Path, typer.Argument(help="Run folder or summary.json of run A.")],
+    b: Annotated[Path, typer.Argument(help="Run folder or summary.json of run B.")],
 ) -> None:
     """Print two runs side by side: every metric with B − A over the samples both runs scored and its
     paired 95% bootstrap interval ("not significant" where the interval holds 0)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -20,27 +20,25 @@ def _check_profile(value: str) -> str:
     return value
 
 
-def profile_option() -> Any:
-    """`--profile`: the realism profile of the simulated tools, checked before the command runs."""
-    return typer.Option(
-        DEFAULT_PROFILE,
-        "--profile",
-        callback=_check_profile,
-        help=f"Tool realism: {', '.join(PROFILE_NAMES)} (every command defaults to {DEFAULT_PROFILE}).",
-    )
+def _profile_help() -> str:
+    return f"Tool realism: {', '.join(PROFILE_NAMES)} (every command defaults to {DEFAULT_PROFILE})."
 
+
+ProfileOption = Annotated[str, typer.Option("--profile", callback=_check_profile, help=_profile_help())]
+"""`--profile`: the realism profile of the simulated tools, checked before the command runs (its default is
+`DEFAULT_PROFILE` everywhere)."""
 
 TOOLSET_CONFIG_HELP = "Tool-set config YAML (backends, models, devices)"
 
 
 def toolset_config_option(help: str = "overrides --toolset") -> Any:
     """`--toolset-config`: a tool-set config YAML, the one name every command gives this file."""
-    return typer.Option(None, "--toolset-config", help=f"{TOOLSET_CONFIG_HELP}; {help}.")
+    return typer.Option("--toolset-config", help=f"{TOOLSET_CONFIG_HELP}; {help}.")
 
 
 def seed_option(help: str) -> Any:
     """`--seed`: a non-negative integer (the Toolshed and the generator take seeds from 0 up)."""
-    return typer.Option(0, "--seed", min=0, help=help)
+    return typer.Option("--seed", min=0, help=help)
 
 
 def check_out_folder(path: Path, param_hint: str = "--out") -> Path:

@@ -13,10 +13,11 @@ from rich.table import Table
 
 from spacetools.agent.policies import make_policy
 from spacetools.bench.progress import progress_bar
-from spacetools.cli.options import check_out_folder, comma_list, key_values, profile_option
+from spacetools.cli.options import ProfileOption, check_out_folder, comma_list, key_values
 from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES as ROBOT_MAX_BODY_BYTES
 from spacetools.tools.robot.http_client import DEFAULT_MAX_CONNECTIONS as ROBOT_MAX_CONNECTIONS
 from spacetools.tools.robot.http_client import TOKEN_ENV as ROBOT_TOKEN_ENV
+from spacetools.toolshed.connection import DEFAULT_PROFILE
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -26,10 +27,12 @@ ROBOT_POLICIES = ("scripted", "openai", "hf", "replay")
 
 @app.command()
 def serve(
-    category: str = typer.Option("pick", "--category", help="Task category whose scene the robot faces."),
-    seed: int = typer.Option(0, "--seed", help="Task seed (the same seed gives the same scene)."),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8765, "--port", min=1, max=65535),
+    category: Annotated[
+        str, typer.Option("--category", help="Task category whose scene the robot faces.")
+    ] = "pick",
+    seed: Annotated[int, typer.Option("--seed", help="Task seed (the same seed gives the same scene).")] = 0,
+    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8765,
     token: Annotated[
         str | None,
         typer.Option(
@@ -71,26 +74,30 @@ def serve(
 
 @app.command(name="eval")
 def evaluate(
-    policy: str = typer.Option(..., "--policy", help=f"One of: {', '.join(ROBOT_POLICIES)}."),
-    out: Path = typer.Option(
-        Path("runs/robot"), "--out", help="Run folder: episodes.jsonl, summary.json, report.html."
-    ),
-    tasks_per_category: int = typer.Option(
-        30, "--tasks-per-category", min=1, help="Seeded tasks per category."
-    ),
-    categories: list[str] | None = typer.Option(
-        None, "--category", help="Categories, comma-separated or repeated; default all three."
-    ),
-    seed: int = typer.Option(0, "--seed", help="Task suite and Toolshed seed."),
-    resume: bool = typer.Option(
-        True, "--resume/--no-resume", help="Skip the episodes already in episodes.jsonl."
-    ),
-    profile: str = profile_option(),
-    max_turns: int = typer.Option(10, "--max-turns", min=2, help="Assistant turns per episode."),
-    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Episodes run at once."),
-    option: list[str] | None = typer.Option(
-        None, "--option", help="Policy option key=value, repeated (e.g. model=..., trajectories=...)."
-    ),
+    policy: Annotated[str, typer.Option("--policy", help=f"One of: {', '.join(ROBOT_POLICIES)}.")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Run folder: episodes.jsonl, summary.json, report.html.")
+    ] = Path("runs/robot"),
+    tasks_per_category: Annotated[
+        int, typer.Option("--tasks-per-category", min=1, help="Seeded tasks per category.")
+    ] = 30,
+    categories: Annotated[
+        list[str] | None,
+        typer.Option("--category", help="Categories, comma-separated or repeated; default all three."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Task suite and Toolshed seed.")] = 0,
+    resume: Annotated[
+        bool, typer.Option("--resume/--no-resume", help="Skip the episodes already in episodes.jsonl.")
+    ] = True,
+    profile: ProfileOption = DEFAULT_PROFILE,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=2, help="Assistant turns per episode.")] = 10,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Episodes run at once.")] = 1,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option", help="Policy option key=value, repeated (e.g. model=..., trajectories=...)."
+        ),
+    ] = None,
 ) -> None:
     """Run a policy on the robot task suite and print the per-category success table."""
     from spacetools.bench.robot.evaluate import EPISODES_FILE, evaluate_robot, summarize

@@ -8,8 +8,9 @@ from typing import Annotated, Literal
 import typer
 from pydantic import ValidationError
 
-from spacetools.cli.options import TOOLSET_CONFIG_HELP, profile_option, toolset_deployments
+from spacetools.cli.options import ProfileOption, toolset_config_option, toolset_deployments
 from spacetools.toolshed import Toolshed
+from spacetools.toolshed.connection import DEFAULT_PROFILE
 from spacetools.toolshed.limits import TOKEN_ENV, ServerLimits
 from spacetools.toolshed.toolsets import TOOLSET_NAMES, on_backend, with_profile
 
@@ -20,17 +21,12 @@ MCP_TRANSPORTS = ("stdio", "streamable-http")
 
 def serve(
     toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
-    toolset_config: Annotated[
-        Path | None, typer.Option("--toolset-config", help=f"{TOOLSET_CONFIG_HELP}; overrides --toolset.")
-    ] = None,
-    old_config: Annotated[
-        Path | None, typer.Option("--config", hidden=True, help="The old name of --toolset-config.")
-    ] = None,
+    toolset_config: Annotated[Path | None, toolset_config_option()] = None,
     host: Annotated[
         str, typer.Option(help="Address to listen on (anything but loopback requires --token).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8765,
-    profile: str = profile_option(),
+    profile: ProfileOption = DEFAULT_PROFILE,
     seed: Annotated[int, typer.Option(help="Toolshed seed (the same seed gives the same tool noise).")] = 0,
     token: Annotated[
         str | None,
@@ -101,15 +97,6 @@ def serve(
     With `--mcp`, serve it to MCP clients instead, over stdio (a client starts the server) or
     streamable HTTP.
     """
-    if old_config is not None:  # kept for one release, so scripts written for it keep working
-        if toolset_config is not None:
-            raise typer.BadParameter(
-                "give --toolset-config only (--config is its old name)", param_hint="--config"
-            )
-        typer.echo(
-            "Warning: --config is now --toolset-config; the old name goes in the next release.", err=True
-        )
-        toolset_config = old_config
     deployments = with_profile(toolset_deployments(toolset, toolset_config), profile)
     if mcp_transport not in MCP_TRANSPORTS:
         raise typer.BadParameter(

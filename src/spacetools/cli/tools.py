@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.padding import Padding
 
 from spacetools.cli.options import (
-    profile_option,
+    ProfileOption,
     read_text_file,
     seed_option,
     toolset_config_option,
@@ -25,6 +25,7 @@ from spacetools.cli.options import (
 )
 from spacetools.kit.definition import ToolSpec, hermes_tools_block, tool_specs
 from spacetools.kit.function_names import FunctionNames
+from spacetools.toolshed.connection import DEFAULT_PROFILE
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.toolsets import TOOLSET_NAMES
 
@@ -45,8 +46,8 @@ def _specs(deployments: list[ToolDeployment]) -> list[ToolSpec]:
 
 @app.command("list")
 def list_tools(
-    toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
-    toolset_config: Path | None = toolset_config_option(),
+    toolset: Annotated[str, typer.Option("--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
+    toolset_config: Annotated[Path | None, toolset_config_option()] = None,
 ) -> None:
     """List the tool methods of a tool set with their arguments and how they are served."""
     deployments = _deployments(toolset, toolset_config)
@@ -66,14 +67,16 @@ def list_tools(
 
 @app.command("schemas")
 def schemas(
-    toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
-    output_format: str = typer.Option(
-        "openai",
-        "--format",
-        help="openai: a JSON array of function schemas, named as function-calling APIs accept (`.` is "
-        "`-`, as in native mode and MCP); hermes: the <tools> prompt block (the tag protocol's names).",
-    ),
-    toolset_config: Path | None = toolset_config_option(),
+    toolset: Annotated[str, typer.Option("--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="openai: a JSON array of function schemas, named as function-calling APIs accept (`.` is "
+            "`-`, as in native mode and MCP); hermes: the <tools> prompt block (the tag protocol's names).",
+        ),
+    ] = "openai",
+    toolset_config: Annotated[Path | None, toolset_config_option()] = None,
 ) -> None:
     """Print the model-facing schemas of a tool set."""
     if output_format not in SCHEMA_FORMATS:
@@ -196,17 +199,18 @@ async def _run_calls(
 
 @app.command("run")
 def run(
-    calls: Path = typer.Option(..., "--calls", help='JSON list of {"name": …, "arguments": {…}}.'),
-    scene: str | None = typer.Option(
-        None, "--scene", help="A scene directory (from scene.save) or an integer seed."
-    ),
-    image_path: Path | None = typer.Option(
-        None, "--image", help="A photo (PNG, JPEG, …) for real backends (see --toolset-config)."
-    ),
-    profile: str = profile_option(),
-    toolset: str = typer.Option("v1", "--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}."),
-    toolset_config: Path | None = toolset_config_option(),
-    seed: int = seed_option("Toolshed seed (the same seed gives the same results)."),
+    calls: Annotated[Path, typer.Option("--calls", help='JSON list of {"name": …, "arguments": {…}}.')],
+    scene: Annotated[
+        str | None, typer.Option("--scene", help="A scene directory (from scene.save) or an integer seed.")
+    ] = None,
+    image_path: Annotated[
+        Path | None,
+        typer.Option("--image", help="A photo (PNG, JPEG, …) for real backends (see --toolset-config)."),
+    ] = None,
+    profile: ProfileOption = DEFAULT_PROFILE,
+    toolset: Annotated[str, typer.Option("--toolset", help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
+    toolset_config: Annotated[Path | None, toolset_config_option()] = None,
+    seed: Annotated[int, seed_option("Toolshed seed (the same seed gives the same results).")] = 0,
 ) -> None:
     """Run tool calls in order in one session on a simulated scene or a photo; print the results as JSON."""
     if (scene is None) == (image_path is None):

@@ -25,7 +25,18 @@ from spacetools.cli.options import check_device, check_model_folder, check_out_f
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
-CONFIG_HELP = "A YAML file of settings; KEY=VALUE overrides and options given here win over it."
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        exists=True,
+        dir_okay=False,
+        help="A YAML file of settings; KEY=VALUE overrides and options given here win over it.",
+    ),
+]
+RunFolderOption = Annotated[
+    Path, typer.Option("--out", help="Run folder: checkpoints, metrics, the trained model.")
+]
 Overrides = Annotated[
     list[str] | None,
     typer.Argument(
@@ -76,11 +87,13 @@ def _run(work: Any) -> Any:
 
 @app.command()
 def traces(
-    data: Path = typer.Option(..., "--data", exists=True, help="Folder of <key>.parquet questions."),
-    out: Path = typer.Option(..., "--out", help="The SFT data set to write (JSONL)."),
-    teacher: str = typer.Option("scripted", "--teacher", help="scripted, openai, hf, or a model folder."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Questions per benchmark."),
+    data: Annotated[Path, typer.Option("--data", exists=True, help="Folder of <key>.parquet questions.")],
+    out: Annotated[Path, typer.Option("--out", help="The SFT data set to write (JSONL).")],
+    teacher: Annotated[
+        str, typer.Option("--teacher", help="scripted, openai, hf, or a model folder.")
+    ] = "scripted",
+    config: ConfigOption = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Questions per benchmark.")] = None,
     overrides: Overrides = None,
 ) -> None:
     """Run a teacher with live tools; keep its correct episodes as multi-turn SFT data."""
@@ -101,14 +114,14 @@ def traces(
 
 @app.command()
 def mix(
-    source: list[str] = typer.Option(
-        ..., "--source", help="PATH=WEIGHT, e.g. irl.jsonl=1 universal.jsonl=3."
-    ),
-    out: Path = typer.Option(..., "--out", help="The mixed SFT data set (JSONL)."),
-    seed: int = typer.Option(0, "--seed", min=0),
-    thoughts: Thoughts = typer.Option(
-        "full", "--thoughts", help="full, or empty: the teachers' <think> blocks left empty."
-    ),
+    source: Annotated[
+        list[str], typer.Option("--source", help="PATH=WEIGHT, e.g. irl.jsonl=1 universal.jsonl=3.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The mixed SFT data set (JSONL).")],
+    seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
+    thoughts: Annotated[
+        Thoughts, typer.Option("--thoughts", help="full, or empty: the teachers' <think> blocks left empty.")
+    ] = "full",
 ) -> None:
     """Mix SFT data sets at the given weights (the paper: IRL teacher 1 to universal teacher 3)."""
     from spacetools.train.traces import mix_traces
@@ -131,10 +144,10 @@ def mix(
 
 @app.command()
 def sft(
-    model: Path = typer.Option(..., "--model", exists=True, file_okay=False, help="The model folder."),
-    data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="SFT data (JSONL)."),
-    out: Path = typer.Option(..., "--out", help="Run folder: checkpoints, metrics, the trained model."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
+    model: Annotated[Path, typer.Option("--model", exists=True, file_okay=False, help="The model folder.")],
+    data: Annotated[Path, typer.Option("--data", exists=True, dir_okay=False, help="SFT data (JSONL).")],
+    out: RunFolderOption,
+    config: ConfigOption = None,
     overrides: Overrides = None,
 ) -> None:
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only); resumable."""
@@ -152,13 +165,15 @@ def sft(
 
 @app.command()
 def grpo(
-    model: Path = typer.Option(
-        ..., "--model", exists=True, file_okay=False, help="The starting model (SFT)."
-    ),
-    data: Path = typer.Option(..., "--data", exists=True, help="Folder of <key>.parquet questions."),
-    out: Path = typer.Option(..., "--out", help="Run folder: checkpoints, metrics, the trained model."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help=CONFIG_HELP),
-    toolshed_url: str | None = typer.Option(None, "--toolshed-url", help="A running Toolshed server."),
+    model: Annotated[
+        Path, typer.Option("--model", exists=True, file_okay=False, help="The starting model (SFT).")
+    ],
+    data: Annotated[Path, typer.Option("--data", exists=True, help="Folder of <key>.parquet questions.")],
+    out: RunFolderOption,
+    config: ConfigOption = None,
+    toolshed_url: Annotated[
+        str | None, typer.Option("--toolshed-url", help="A running Toolshed server.")
+    ] = None,
     overrides: Overrides = None,
 ) -> None:
     """Multi-turn GRPO with live tools; resumable."""
@@ -184,10 +199,10 @@ def grpo(
 
 @app.command()
 def dirl(
-    config: Path = typer.Option(
-        ..., "--config", exists=True, dir_okay=False, help="e.g. configs/dirl-tiny.yaml"
-    ),
-    out: Path = typer.Option(..., "--out", help="Run folder; rerun the same command to continue it."),
+    config: Annotated[
+        Path, typer.Option("--config", exists=True, dir_okay=False, help="e.g. configs/dirl-tiny.yaml")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Run folder; rerun the same command to continue it.")],
     overrides: Overrides = None,
 ) -> None:
     """The whole DIRL recipe: traces, SFT, GRPO with live tools, an evaluation after each stage.

@@ -161,13 +161,15 @@ class DIRLRun:
         await self.stage("traces_mix", self._mix)
         await self.stage("sft", self._sft)
         # Each model is evaluated as soon as it exists, on every held-out set; the untrained base last.
-        second_limit = config.second_eval_limit or config.eval_limit
         await self.stage("eval_sft", lambda folder: self._evaluate(self.stage_dir("sft") / "model", folder))
         if config.data.second_eval_seed is not None:
             await self.stage(
                 "eval_sft_2",
                 lambda folder: self._evaluate(
-                    self.stage_dir("sft") / "model", folder, data=self.second_eval_data, limit=second_limit
+                    self.stage_dir("sft") / "model",
+                    folder,
+                    data=self.second_eval_data,
+                    limit=self.second_eval_limit,
                 ),
             )
         await self.stage("grpo", self._grpo)
@@ -176,7 +178,10 @@ class DIRLRun:
             await self.stage(
                 "eval_dirl_2",
                 lambda folder: self._evaluate(
-                    self.stage_dir("grpo") / "model", folder, data=self.second_eval_data, limit=second_limit
+                    self.stage_dir("grpo") / "model",
+                    folder,
+                    data=self.second_eval_data,
+                    limit=self.second_eval_limit,
                 ),
             )
         await self.stage(
@@ -243,6 +248,10 @@ class DIRLRun:
     def second_eval_data(self) -> Path:
         return self.stage_dir("data") / "eval_2"
 
+    @property
+    def second_eval_limit(self) -> int | None:
+        return self.config.second_eval_limit or self.config.eval_limit
+
     def _data(self, folder: Path, families: list[str] | None) -> None:
         data = self.config.data
         export(folder / "train", data.train_n, data.train_seed, families)
@@ -253,17 +262,16 @@ class DIRLRun:
     def _baseline(self, folder: Path) -> None:
         """The constant-guess baseline of each held-out set, chosen on the training questions."""
         train = read_samples(self.train_data)
-        held_out = {"eval": self.eval_data}
+        # Each set's guess is scored on the questions its models are evaluated on.
+        held_out = {"eval": (self.eval_data, self.config.eval_limit)}
         if self.config.data.second_eval_seed is not None:
-            held_out["eval_2"] = self.second_eval_data
+            held_out["eval_2"] = (self.second_eval_data, self.second_eval_limit)
         guesses = {
             name: {
                 key: guess.to_dict()
-                for key, guess in constant_guesses(
-                    train, _first_of_each(read_samples(path), self.config.eval_limit)
-                ).items()
+                for key, guess in constant_guesses(train, _first_of_each(read_samples(path), limit)).items()
             }
-            for name, path in held_out.items()
+            for name, (path, limit) in held_out.items()
         }
         (folder / BASELINE_FILE).write_text(json.dumps(guesses, indent=2) + "\n", encoding="utf-8")
 

@@ -108,7 +108,7 @@ def test_tools_run_on_a_photo_with_a_config_of_real_backends(
         (["tools", "run", "--calls", "c.json", "--scene", "0", "--image", "p.png"], "give exactly one"),
         (["tools", "run", "--calls", "c.json", "--image", "absent.png"], "no such file: absent.png"),
         (["tools", "list", "--toolset-config", "absent.yaml"], "no such tool-set config: absent.yaml"),
-        (["serve", "--config", "absent.yaml"], "no such tool-set config: absent.yaml"),
+        (["serve", "--toolset-config", "absent.yaml"], "no such tool-set config: absent.yaml"),
         (
             [
                 "eval",

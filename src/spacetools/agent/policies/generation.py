@@ -182,6 +182,10 @@ def generate_rows(
         mask[i, width - len(row.ids) :] = 1
     vision = join_vision([chunk for row in rows for chunk in row.vision])
     sampler = RowSampler([row.seed for row in rows], temperature, blocked)
+    config = copy.copy(
+        config
+    )  # as long as the longest row may grow (one object: generate's kwargs are deprecated)
+    config.max_new_tokens = max(row.max_new_tokens for row in rows)
     device = model.device
     with torch.inference_mode():
         output = model.generate(
@@ -189,7 +193,6 @@ def generate_rows(
             attention_mask=mask.to(device),
             **{key: value.to(device) for key, value in vision.items()},
             generation_config=config,
-            max_new_tokens=max(row.max_new_tokens for row in rows),
             logits_processor=LogitsProcessorList([sampler]),
         )
     new = output[:, width:].tolist()  # (B, N): after a row's end token, padding
