@@ -27,12 +27,18 @@ FIT_YAWS_DEG = (0.0, 45.0, 90.0, 135.0)
 """Yaw angles (about the world z axis) tried when placing an object."""
 FIT_STEPS = 7
 """Placements tried per yaw along each axis of the band (depth and width)."""
+_FIT_DEPTHS = np.linspace(0.0, NEAR_DISTANCE_M, FIT_STEPS)
+"""The gaps from the anchor tried, metres."""
 _PAIR_SPAN_M = 10.0
 """Larger than any table, metres: the half-plane beyond a pair of objects is a polygon this large."""
 
 
 def side_band(obs: Observation, anchor: int, side: str, reach: float = NEAR_DISTANCE_M) -> Polygon:
     """The band on one side of `anchor`: as wide as the anchor, `reach` deep from its edge."""
+    return obs.memo(("side_band", anchor, side, reach), lambda: _side_band(obs, anchor, side, reach))
+
+
+def _side_band(obs: Observation, anchor: int, side: str, reach: float) -> Polygon:
     direction = obs.side_direction(side)
     lateral = np.array([-direction[1], direction[0]])
     footprint = obs.footprint(anchor)
@@ -87,28 +93,37 @@ def _candidates(obs: Observation, item: int, anchor: int, side: str) -> tuple[np
     Returns the shapely polygons and each one's ``(gap, lateral offset)`` from the anchor: how far its
     near edge is from the anchor's edge and how far its centre is from the band's middle line.
     """
-    footprint = np.asarray(obs.footprint(item).exterior.coords)
-    outline = footprint - footprint[:-1].mean(axis=0)
     band = np.asarray(side_band(obs, anchor, side).exterior.coords)[:4]
     direction = obs.side_direction(side)
     lateral = np.array([-direction[1], direction[0]])
     start = band[0] + 0.5 * (band[3] - band[0])  # mid-point of the edge touching the anchor
     width = float(np.linalg.norm(band[3] - band[0]))
+    # Rows (depth, across) with depth varying fastest, as np.meshgrid(depths, acrosses) orders them.
     grid = np.stack(
-        np.meshgrid(
-            np.linspace(0.0, NEAR_DISTANCE_M, FIT_STEPS), np.linspace(-width / 2, width / 2, FIT_STEPS)
-        ),
+        [
+            np.tile(_FIT_DEPTHS, FIT_STEPS),
+            np.repeat(np.linspace(-width / 2, width / 2, FIT_STEPS), FIT_STEPS),
+        ],
         -1,
-    ).reshape(-1, 2)
+    )
     shapes = []
-    for yaw in np.radians(FIT_YAWS_DEG):
-        rotation = np.array([[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]])
-        turned = outline @ rotation.T
+    for turned in obs.memo(("turned outlines", item), lambda: _turned_outlines(obs, item)):
         back = float(np.max(-turned @ direction))  # how far the item reaches back towards the anchor
         centres = start + (back + grid[:, :1]) * direction + grid[:, 1:] * lateral
         shapes.append(turned[None] + centres[:, None])
     offsets = np.tile(grid, (len(FIT_YAWS_DEG), 1))
     return shapely.polygons(np.concatenate(shapes)), offsets
+
+
+def _turned_outlines(obs: Observation, item: int) -> list[np.ndarray]:
+    """The closed outline of `item`'s footprint about its centre, turned by each of `FIT_YAWS_DEG`."""
+    footprint = np.asarray(obs.footprint(item).exterior.coords)
+    outline = footprint - footprint[:-1].mean(axis=0)
+    turned = []
+    for yaw in np.radians(FIT_YAWS_DEG):
+        rotation = np.array([[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]])
+        turned.append(outline @ rotation.T)
+    return turned
 
 
 def _clear(obs: Observation, item: int, candidates: np.ndarray, clearance: float) -> np.ndarray:
@@ -132,11 +147,15 @@ def fits(obs: Observation, item: int, anchor: int, side: str, clearance: float =
 
 def compatibility(obs: Observation, item: int, anchor: int, side: str) -> bool | None:
     """`True` if it fits with clearance, `False` if not even touching, `None` when too close to call."""
+    return obs.memo(("compatibility", item, anchor, side), lambda: _compatibility(obs, item, anchor, side))
+
+
+def _compatibility(obs: Observation, item: int, anchor: int, side: str) -> bool | None:
     candidates, _ = _candidates(obs, item, anchor, side)
-    on_table = shapely.contains(obs.table, candidates)
-    if np.any(on_table & _clear(obs, item, candidates, CLEARANCE_M)):
+    on_table = candidates[shapely.contains(obs.table, candidates)]  # only these are tested for room
+    if np.any(_clear(obs, item, on_table, CLEARANCE_M)):
         return True
-    if not np.any(on_table & _clear(obs, item, candidates, 0.0)):
+    if not np.any(_clear(obs, item, on_table, 0.0)):
         return False
     return None
 

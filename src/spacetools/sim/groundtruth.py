@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import ndimage
 from scipy.spatial.transform import Rotation
 
 from spacetools.sim.camera import Camera
@@ -114,6 +115,8 @@ def top_down_grasp(
         support = corners @ closing
         candidates.append((float(support.max() - support.min()), closing))
     candidates.sort(key=lambda item: item[0])
+    boxes = np.asarray(obstacles, dtype=np.float64).reshape(-1, 8, 3)
+    box_low, box_high = boxes.min(axis=1), boxes.max(axis=1)
     for object_width, closing in candidates:
         if object_width > GRIPPER_MAX_WIDTH - 0.002:
             continue
@@ -125,7 +128,11 @@ def top_down_grasp(
         pose_world[:3, 2], pose_world[:3, 3] = approach, palm
         fingers = gripper_points(pose_world, width)[1:]
         samples = np.concatenate([np.linspace(fingers[i], fingers[i + 2], 6) for i in (0, 1)])
-        if any(_inside_box(samples, box).any() for box in obstacles):
+        # Only boxes whose bounds reach the samples can hold one (the margin covers rounding).
+        near = np.all(box_low <= samples.max(axis=0) + 1e-6, axis=1) & np.all(
+            box_high >= samples.min(axis=0) - 1e-6, axis=1
+        )
+        if any(_inside_box(samples, box).any() for box in boxes[near]):
             continue
         return camera.world_to_cam @ pose_world, width
     return None
@@ -138,20 +145,36 @@ def _normalized_projection(camera: Camera, points_camera: NDArray[np.float64]) -
     return camera.normalize(camera.project(safe))
 
 
+def _mask_pixels(
+    mask: NDArray[np.bool_], region: tuple[slice, slice] | None
+) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Row and column indices of a mask's pixels (`np.nonzero` order), searched within `region`."""
+    if region is None:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    ys, xs = np.nonzero(mask[region])
+    return ys + region[0].start, xs + region[1].start
+
+
 def compute_ground_truth(
-    spec: SceneSpec, view: View, visible_fractions: dict[int, float] | None = None
+    spec: SceneSpec,
+    view: View,
+    visible_fractions: dict[int, float] | None = None,
+    boxes: list[tuple[NDArray[np.float64], NDArray[np.float64]]] | None = None,
 ) -> list[ObjectTruth]:
-    """Ground truth of every object of `spec` for the camera and segmentation of `view`."""
+    """Ground truth of every object of `spec` for the camera and segmentation of `view`; `boxes` are the
+    objects' `oriented_box`es when the caller has them already."""
     camera = view.camera
     height, width = view.segmentation.shape
-    boxes = [oriented_box(obj) for obj in spec.objects]
+    boxes = boxes if boxes is not None else [oriented_box(obj) for obj in spec.objects]
+    # Each object's pixels are searched for within its mask's bounding slices only (label k + 1 is object k).
+    regions = ndimage.find_objects(view.segmentation + 1)
     truths = []
     for obj, (corners_world, extent) in zip(spec.objects, boxes, strict=True):
         corners_camera = camera.world_to_camera(corners_world)
         corners_2d = _normalized_projection(camera, corners_camera)
         centre_camera = corners_camera.mean(axis=0)
         mask = view.segmentation == obj.index
-        ys, xs = np.nonzero(mask)
+        ys, xs = _mask_pixels(mask, regions[obj.index] if obj.index < len(regions) else None)
         if xs.size:
             bbox = np.array(
                 [xs.min() / width, ys.min() / height, (xs.max() + 1) / width, (ys.max() + 1) / height]

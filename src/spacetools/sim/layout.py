@@ -105,7 +105,14 @@ def _new_object(client: int, choice: ObjectChoice) -> _Placed:
     if choice.half_extents is not None:  # a primitive is exactly as large as it was made
         centred = (0.0, 0.0, 0.0)
         return _Placed(choice, body, choice.half_extents, centred, choice.half_extents, centred)
-    return _Placed(choice, body, *visual_box(client, body), *collision_box(client, body))
+    key = (choice.asset or "", choice.kind.scale)
+    if key not in _VISUAL_BOXES:  # an asset's meshes at one scale always give the same box
+        _VISUAL_BOXES[key] = visual_box(client, body)
+    return _Placed(choice, body, *_VISUAL_BOXES[key], *collision_box(client, body))
+
+
+#: Visual boxes measured so far in this process, by (asset, scale).
+_VISUAL_BOXES: dict[tuple[str, float], tuple[Vec3, Vec3]] = {}
 
 
 def _footprint(client: int, item: _Placed) -> tuple[NDArray[np.float64], float]:

@@ -8,8 +8,10 @@ questions on top of this live in `spacetools.sim.freespace`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, TypeVar
 
 import numpy as np
 import shapely
@@ -27,6 +29,8 @@ TABLE_TOLERANCE_M = 0.004
 TABLE_HULL_SAMPLES = 4000
 """The table polygon is the hull of about this many table pixels (enough for a convex table top)."""
 
+_T = TypeVar("_T")
+
 SIDES = ("left of", "right of", "in front of", "behind")
 """Sides of an object as seen from the camera, on the table ("behind" is farther from the camera)."""
 
@@ -43,6 +47,7 @@ class Observation:
     _blocked: dict[tuple[tuple[int, ...], float], Polygon] = field(
         default_factory=dict, repr=False, compare=False
     )
+    _memo: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_scene(cls, scene: Scene, camera: Camera | None = None) -> Observation:
@@ -152,6 +157,13 @@ class Observation:
             shapely.prepare(grown)
             self._blocked[key] = grown
         return self._blocked[key]
+
+    def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """`compute()` once per `key` for this observation: free-space geometry built on it (side bands,
+        fits) is asked for again and again while a question searches its pairs and sides."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]  # type: ignore[no-any-return]
 
     def region_mask(self, region: Polygon) -> np.ndarray:
         """``(H, W)`` bool: bare table pixels whose world point lies inside `region`."""

@@ -165,8 +165,10 @@ class Scene:
         is then 1 when it shows at all, else 0.
         """
         view = view or self.render()
-        fractions = self._visible_fractions(view.camera) if visibility else None
-        return compute_ground_truth(self._spec, view, fractions)
+        boxes = [oriented_box(obj) for obj in self._spec.objects]
+        corners = [box_corners for box_corners, _ in boxes]
+        fractions = self._visible_fractions(view.camera, corners) if visibility else None
+        return compute_ground_truth(self._spec, view, fractions, boxes)
 
     def save(self, directory: str | Path) -> Path:
         """Write scene.json, rgb.png, depth.npy, segmentation.npy and objects.json for the default camera."""
@@ -207,8 +209,9 @@ class Scene:
         index[is_object_id] = lookup[body_ids[is_object_id]]
         return index
 
-    def _visible_fractions(self, camera: Camera) -> dict[int, float]:
-        """Visible pixels over the pixels each object would cover on its own, measured on small renders.
+    def _visible_fractions(self, camera: Camera, corners: list[NDArray[np.float64]]) -> dict[int, float]:
+        """Visible pixels over the pixels each object would cover on its own, measured on small renders
+        (`corners`: each object's oriented box).
 
         Objects whose projected boxes do not overlap are rendered "alone" together in one pass, with every
         other object and the robot moved out of sight, so a scene needs a few passes rather than one each.
@@ -220,7 +223,7 @@ class Scene:
         poses = [pybullet.getBasePositionAndOrientation(b, physicsClientId=self._client) for b in hideable]
         fractions = {}
         try:
-            for group in _non_overlapping_groups(_image_boxes(self._spec, small)):
+            for group in _non_overlapping_groups(_image_boxes(corners, small)):
                 for position, body in enumerate(hideable):
                     pose = poses[position] if position in group else (_HIDDEN_POSITION, (0.0, 0.0, 0.0, 1.0))
                     pybullet.resetBasePositionAndOrientation(body, *pose, physicsClientId=self._client)
@@ -235,11 +238,11 @@ class Scene:
         return fractions
 
 
-def _image_boxes(spec: SceneSpec, camera: Camera) -> list[NDArray[np.float64]]:
+def _image_boxes(box_corners: list[NDArray[np.float64]], camera: Camera) -> list[NDArray[np.float64]]:
     """Pixel boxes [x1, y1, x2, y2] of the objects' projected 3D boxes (they contain the masks)."""
     boxes = []
-    for obj in spec.objects:
-        corners = camera.world_to_camera(oriented_box(obj)[0])
+    for world_corners in box_corners:
+        corners = camera.world_to_camera(world_corners)
         corners[:, 2] = np.maximum(corners[:, 2], 1e-6)  # behind the camera: keep the direction finite
         pixels = camera.project(corners)
         boxes.append(np.concatenate([pixels.min(axis=0), pixels.max(axis=0)]))
