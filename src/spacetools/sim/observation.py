@@ -163,7 +163,7 @@ class Observation:
         fits) is asked for again and again while a question searches its pairs and sides."""
         if key not in self._memo:
             self._memo[key] = compute()
-        return self._memo[key]  # type: ignore[no-any-return]
+        return self._memo[key]
 
     def region_mask(self, region: Polygon) -> np.ndarray:
         """``(H, W)`` bool: bare table pixels whose world point lies inside `region`."""
