@@ -14,8 +14,8 @@ with `PYTHONPATH` at another checkout's `src` to measure that code side by side.
     client-side latency percentiles of all answers, from connect to answer (target: p99 within the
     deadline + 1 s) and of the 503s (which must be fast), and the answers by kind. The client speaks
     raw HTTP/1.1 so that it costs the shared cores little: an HTTP client library's own parsing of a
-    thousand answers is timed as the server's latency otherwise. `--baseline-src` runs each burst
-    against another checkout's server too, just before this code's.
+    thousand answers is timed as the server's latency otherwise. `--baseline-src` runs each part
+    (each hostile body size, each burst) against another checkout's server too, just before this code's.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hostile-clients", type=int, default=2)
     parser.add_argument(
-        "--hostile-mb", type=float, nargs="*", default=[0.24, 8.0], help="body sizes (none: no part a)"
+        "--hostile-mb", type=float, nargs="*", default=[0.06, 0.24, 8.0], help="body sizes (none: no part a)"
     )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--burst", type=int, default=1000)
@@ -219,12 +219,17 @@ def main() -> None:
     )
     parser.add_argument(
         "--baseline-src",
-        help="another checkout's src: each burst also runs against its server, just before this code's",
+        help="another checkout's src: each part also runs against its server, just before this code's",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     report: dict[str, Any] = {"load": os.getloadavg()[0], "cpus": os.cpu_count()}
     for megabytes in args.hostile_mb:
+        if args.baseline_src:
+            with server_process(args.in_flight[0], args.baseline_src) as (url, _):
+                report[f"baseline_hostile_{megabytes:g}mb"] = asyncio.run(
+                    hostile(url, args.hostile_clients, megabytes, args.seconds)
+                )
         with server_process(args.in_flight[0]) as (url, _):
             report[f"hostile_{megabytes:g}mb"] = asyncio.run(
                 hostile(url, args.hostile_clients, megabytes, args.seconds)

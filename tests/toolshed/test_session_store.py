@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from spacetools.kit.definition import ToolError
+from spacetools.toolshed.arguments import read_arguments
 from spacetools.toolshed.session import SessionStore
-from spacetools.toolshed.variables import referenced_names, resolve_references
+from spacetools.toolshed.variables import resolve_references
 
 
 class FakeClock:
@@ -130,4 +131,8 @@ def test_references_resolve_inside_lists_and_objects() -> None:
         "c": {"d": "M"},
         "e": 2,
     }
-    assert referenced_names(arguments) == ["mask", "cloud", "mask"]
+    assert read_arguments("t.m", arguments)[1] == ["mask", "cloud", "mask"]
+    # In order of appearance, also where a container comes before a string, and inside tuples.
+    later = {"b": [["$inner"], "$outer"], "a": ("$tupled",), "c": "$last"}
+    assert read_arguments("t.m", later)[1] == ["inner", "outer", "tupled", "last"]
+    assert resolve_references(later, str.upper) == {"b": [["INNER"], "OUTER"], "a": ("TUPLED",), "c": "LAST"}

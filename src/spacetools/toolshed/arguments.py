@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Reversible
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from spacetools.kit.definition import ToolError, ToolMethod
 from spacetools.toolshed.session import SessionState
-from spacetools.toolshed.variables import referenced_names, resolve_references
+from spacetools.toolshed.variables import REFERENCE, resolve_references
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -44,7 +44,6 @@ MAX_ARGUMENT_ELEMENTS = 100_000
 _SMALL_VALUES = 256
 _SMALL_BYTES = 16 * 2**10
 _PLAIN_NUMBERS = frozenset({int, float, bool, type(None)})
-_PLAIN_SCALARS = _PLAIN_NUMBERS | {str}
 
 
 def is_small(value: Any) -> bool:
@@ -92,38 +91,45 @@ def read_arguments(name: str, arguments: Arguments) -> tuple[dict[str, Any], lis
         raise ToolError(f"the arguments for {name} must be a JSON object, got {type(arguments).__name__}")
     if not arguments:  # a method without arguments: nothing to walk
         return {}, []
-    _check_shape(name, arguments)
-    return dict(arguments), referenced_names(arguments)
+    return dict(arguments), _shape_and_references(name, arguments)
 
 
-def _check_shape(name: str, arguments: Mapping[str, Any]) -> None:
-    """`ToolError` at the first container nested deeper than `MAX_ARGUMENT_DEPTH`, or past the
-    `MAX_ARGUMENT_ELEMENTS`-th value: the walk stops there (it is iterative, in document order, since
-    the input may be hostile)."""
+def _shape_and_references(name: str, arguments: Mapping[str, Any]) -> list[str]:
+    """The variables the arguments reference (`"$name"` strings, in order of appearance), found in
+    one walk that checks their shape: `ToolError` at the first container nested deeper than
+    `MAX_ARGUMENT_DEPTH`, or at the container whose values take the count past
+    `MAX_ARGUMENT_ELEMENTS`. The walk is iterative and in document order, since the input may be
+    hostile; it visits only containers and `$` strings (numbers and plain text need no look)."""
+    names: list[str] = []
+    seen = 1
     stack: list[tuple[Any, int]] = [(arguments, 1)]
-    seen = 0
     while stack:
         item, depth = stack.pop()
-        seen += 1
+        if type(item) is str:  # only `$` strings are stacked
+            match = REFERENCE.match(item)
+            if match:
+                names.append(match.group(1))
+            continue
+        if depth > MAX_ARGUMENT_DEPTH:
+            raise ToolError(f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+        children = list(item.values()) if isinstance(item, Mapping) else item
+        seen += len(children)
         if seen > MAX_ARGUMENT_ELEMENTS:
             raise ToolError(
                 f"the arguments for {name} hold more than {MAX_ARGUMENT_ELEMENTS:,} values; pass large "
                 "data as a variable"
             )
-        if type(item) in _PLAIN_SCALARS:  # the common case first: no abstract class to ask
-            continue
-        children: Reversible[Any]
-        if isinstance(item, list | tuple):
-            children = item
-        elif isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, Mapping):
-            children = list(item.values())
-        else:
-            continue
-        if depth > MAX_ARGUMENT_DEPTH:
-            raise ToolError(f"the arguments for {name} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-        stack.extend([(child, depth + 1) for child in reversed(children)])
+        inner = depth + 1
+        for child in reversed(children):
+            kind = type(child)
+            if kind in _PLAIN_NUMBERS:  # the common case first: no abstract class to ask
+                continue
+            if kind is str:
+                if child.startswith("$"):
+                    stack.append((child, depth))
+            elif kind is list or kind is dict or isinstance(child, list | tuple | Mapping):
+                stack.append((child, inner))
+    return names
 
 
 def resolve_and_validate(

@@ -209,8 +209,9 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         """
         images = _images_parameter(request)
         session = open_session(request.path_params["session_id"])
-        # Parsed off the event loop unless small. JSON parsing holds the interpreter lock all the
-        # same: what bounds its stall is `max_call_body_bytes`; the walk of the arguments yields.
+        # Parsed off the event loop unless small. Reading JSON holds the interpreter lock all the
+        # same, and so does the walk of the arguments for slices of 5 ms: what bounds the stall of
+        # the other requests is `max_call_body_bytes`.
         try:
             body = await body_deadlines.within(limits.call_body_timeout_s, request.body())
         except asyncio.TimeoutError:

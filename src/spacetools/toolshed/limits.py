@@ -26,10 +26,11 @@ class ServerLimits(BaseModel):
         default=64 * 2**20, gt=0, description="Largest request body: sessions and images (413 past it)."
     )
     max_call_body_bytes: int = Field(
-        default=256 * 2**10,
+        default=64 * 2**10,
         gt=0,
-        description="Largest body of a turn's tool calls (413 past it): calls carry no images, and "
-        "parsing JSON holds the interpreter lock for a time in the body's size.",
+        description="Largest body of a turn's tool calls (413 past it): calls carry no images (large "
+        "data goes as a `$variable`), a whole model response of 16k tokens fits, and reading a body "
+        "holds the interpreter lock for a time in its size.",
     )
     call_body_timeout_s: float = Field(
         default=10.0,
