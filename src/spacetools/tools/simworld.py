@@ -148,13 +148,13 @@ class SceneCache:
             view = render_view(spec, camera)
         else:
             store_key = _store_key(key)
-            with self.store.rendering(
-                store_key, key[1] * key[2]
-            ):  # tools asking at the same moment wait for one render
-                view = self.store.load(store_key, camera, session_id)
-                if view is None:
-                    view = render_view(spec, camera)
-                    self.store.save(store_key, view, session_id)
+            # Tools asking for the scene at the same moment wait here for one render, then read it.
+            with self.store.rendering(store_key, key[1] * key[2]):
+                stored = self.store.load(store_key, camera, session_id)
+                if stored is None:
+                    stored = render_view(spec, camera)
+                    self.store.save(store_key, stored, session_id)
+            view = stored
         truths = compute_ground_truth(spec, view) if self.with_truths else []
         return Observation(spec=spec, view=view, truths=truths)
 
