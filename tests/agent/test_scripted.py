@@ -367,9 +367,15 @@ def test_relation_2d_compares_image_positions(template: str, options: list[str])
     question = templates.with_choices(template.format(a=NAMES[0], b=NAMES[1]), options)
     task = make_task("spatialsim_cvb2drelation", question, choices=options)
     # The mug is left of and above the box in the image.
-    _, answer = run_plan(task, [[detected(0.2, 0.2), detected(0.7, 0.8)]])
+    _, answer, text, _ = run_plan_full(task, [[detected(0.2, 0.2), detected(0.7, 0.8)]])
     truth = "left" if "left" in options else "above"
     assert answer == f"({'AB'[options.index(truth)]})"
+    # The thought spells the comparison out along the options' axis, down to the letter.
+    compared = "x 0.200 < 0.700" if truth == "left" else "y 0.200 < 0.800"
+    assert (
+        f"{compared}, so the {NAMES[0]} is {'left of' if truth == 'left' else 'above'} the {NAMES[1]}, which is {answer}."
+        in text
+    )
 
 
 def crop(x0: int, y0: int, x1: int, y1: int) -> ToolOutcome:

@@ -74,6 +74,11 @@ def test_every_metric_has_a_seeded_interval_around_it_and_summary_json_keeps_it(
     assert summary.interval_method["confidence"] == 0.95
     again = summarize(rows, policy="p", profile="exact", data="d")
     assert again.benchmarks[YES_NO].intervals == accuracy.intervals  # fixed seed
+    # Episodes finish in any order: the rows of samples.jsonl in another order give the same intervals.
+    shuffled = [rows[i] for i in np.random.default_rng(6).permutation(len(rows))]
+    assert summarize(shuffled, policy="p", profile="exact", data="d").benchmarks[YES_NO].intervals == (
+        accuracy.intervals
+    )
     loaded = Summary.load(summary.save(tmp_path / "summary.json"))
     assert loaded.benchmarks[YES_NO].interval("overall") == (low, high)
 

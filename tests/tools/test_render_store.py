@@ -7,6 +7,9 @@ unless another session still uses them; the store keeps within its bytes.
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +59,31 @@ def test_a_second_instance_reads_the_render_instead_of_rendering(
     # The same as a render of its own: what a tool reads does not depend on who rendered.
     alone = render_observation(parse_spec(scenes[0].spec_json), *SIZE)
     np.testing.assert_array_equal(shared.view.depth, alone.view.depth)
+
+
+def test_instances_asking_at_once_wait_for_one_render(
+    scenes: list[RenderedScene], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rendered: list[str] = []
+    render_view = simworld.render_view
+
+    def slow(spec, camera):  # type: ignore[no-untyped-def]
+        rendered.append(spec.model_dump_json())
+        time.sleep(0.3)  # the other instance asks meanwhile
+        return render_view(spec, camera)
+
+    monkeypatch.setattr(simworld, "render_view", slow)
+    caches = [SceneCache(2**30, RenderStore(2**30, tmp_path)) for _ in range(2)]
+    start = threading.Barrier(2)
+
+    def observe(cache: SceneCache) -> np.ndarray:
+        start.wait()
+        return cache.observe(scenes[0].spec_json, *SIZE, "a").view.depth
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(observe, caches)
+    assert len(rendered) == 1
+    np.testing.assert_array_equal(first, second)
 
 
 def test_a_render_goes_with_the_last_session_that_used_it(

@@ -19,8 +19,10 @@ from spacetools.tools.projection import (
     as_normalized_points,
     backproject_normalized,
     depth_to_point_cloud,
+    finite_rows,
     mask_selection,
     project_to_normalized,
+    valid_points,
 )
 from spacetools.tools.vision_ops import VisionOpsTool
 
@@ -105,6 +107,15 @@ def test_per_pixel_cloud_is_row_major_and_masks_select_by_index() -> None:
     # A filtered cloud is selected by projecting it instead.
     subset = cloud[[0, 10 * WIDTH + 20, 5]]
     assert mask_selection(subset, mask, FOCAL).tolist() == [False, True, False]
+
+
+def test_valid_points_are_finite_and_in_front_of_the_camera() -> None:
+    cloud = np.array(
+        [[0.1, 0.2, 1.0], [np.nan, 0.0, 1.0], [0.0, np.inf, 1.0], [0.0, 0.0, -np.inf], [0.0, 0.0, -1.0]]
+    )
+    assert finite_rows(cloud).tolist() == [True, False, False, False, True]
+    assert valid_points(cloud).tolist() == [True, False, False, False, False]
+    assert valid_points(cloud).tolist() == (np.all(np.isfinite(cloud), axis=1) & (cloud[:, 2] > 0)).tolist()
 
 
 def test_normalized_points_parse_text_and_reject_bad_input() -> None:

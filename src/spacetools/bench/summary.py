@@ -116,7 +116,9 @@ def metric_intervals(
 def summarize_benchmark(
     key: str, rows: Sequence[dict[str, Any]], *, resamples: int = bootstrap.RESAMPLES
 ) -> BenchmarkSummary:
-    """Aggregate the rows of one benchmark."""
+    """Aggregate the rows of one benchmark (taken in sample id order, so that the bootstrap intervals do
+    not depend on the order in which the episodes finished)."""
+    rows = sorted(rows, key=lambda row: str(row.get("id", "")))
     trajectories = [row["trajectory"] for row in rows]
     scores = [row["score"] for row in rows]
     n = len(rows)

@@ -27,6 +27,7 @@ from spacetools.tools.projection import (
     as_focal_length,
     as_mask,
     as_point_cloud,
+    finite_rows,
     mask_selection,
     project_to_normalized,
 )
@@ -266,8 +267,7 @@ class BoundingBoxTool(Tool):
             raise ToolError(
                 f"Mask removed all points (total {len(cloud)}, kept 0). Check intrinsics and mask alignment."
             )
-        scene = cloud[~selected]
-        scene = scene[np.all(np.isfinite(scene), axis=1)]
+        scene = cloud[finite_rows(cloud) & ~selected]
         box = fit_oriented_box(cloud[selected], scene)
         if not (np.all(np.isfinite(box.corners)) and np.isfinite(box.volume)):
             raise ToolError("the box fit gave non-finite corners; check the point cloud and mask")

@@ -22,6 +22,7 @@ class DepthEstimatorTool(SimulatedTool):
     """Monocular metric depth estimation (simulated)."""
 
     name: ClassVar[str] = "depth_estimator"
+    reads_truth: ClassVar[bool] = False
 
     def _estimate(self, ctx: ToolContext, image_index: int) -> tuple[np.ndarray, float]:
         """The (perturbed) depth map and focal length of an image, at the image's size.

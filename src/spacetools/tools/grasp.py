@@ -31,6 +31,7 @@ from spacetools.tools.projection import (
     format_points,
     mask_selection,
     project_to_normalized,
+    valid_points,
 )
 
 NUM_CANDIDATES = 100
@@ -88,7 +89,8 @@ def _frame(approach: np.ndarray, closing: np.ndarray, origin: np.ndarray) -> np.
 
 def _in_box(local: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """Which local-frame points lie in the axis-aligned box [low, high] grown by the collision margin."""
-    return np.all((local >= low - COLLISION_MARGIN) & (local <= high + COLLISION_MARGIN), axis=1)
+    inside = (local >= low - COLLISION_MARGIN) & (local <= high + COLLISION_MARGIN)
+    return inside[:, 0] & inside[:, 1] & inside[:, 2]  # by column: faster than a reduction along rows
 
 
 def gripper_collides(pose: np.ndarray, width: float, points: np.ndarray) -> bool:
@@ -119,7 +121,8 @@ def within_reach(points: np.ndarray, grasps: list[Grasp], max_width: float) -> n
     )
     origins = np.array([g.pose[:3, 3] for g in grasps])
     low, high = origins.min(axis=0) - reach, origins.max(axis=0) + reach
-    return points[np.all((points >= low) & (points <= high), axis=1)]
+    inside = (points >= low) & (points <= high)
+    return points[inside[:, 0] & inside[:, 1] & inside[:, 2]]
 
 
 def _sample_approach(up: np.ndarray, toward_camera: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -153,8 +156,8 @@ def _candidate(
     if len(column) < 10:
         return None
     # The finger tips reach past the first surface by most of a finger, but at most half way through.
-    surface = float(np.percentile(column[:, 2], 2.0))
-    reach = min(0.7 * FINGER_LENGTH, 0.5 * (float(np.percentile(column[:, 2], 98.0)) - surface))
+    surface, far_side = (float(z) for z in np.percentile(column[:, 2], [2.0, 98.0]))
+    reach = min(0.7 * FINGER_LENGTH, 0.5 * (far_side - surface))
     palm_z = surface + reach - FINGER_LENGTH
     between = column[(column[:, 2] > palm_z) & (column[:, 2] < palm_z + FINGER_LENGTH)]
     if len(between) < 10:
@@ -289,8 +292,7 @@ class GraspGeneratorTool(Tool):
         if not selected.any():
             raise RuntimeError("Mask removed all points; cannot generate grasp.")
         object_points = main_cluster(cloud[selected])
-        rest = cloud[~selected]
-        rest = rest[np.all(np.isfinite(rest), axis=1) & (rest[:, 2] > 0)]
+        rest = cloud[valid_points(cloud) & ~selected]
         plane = estimate_support_plane(object_points, rest)
         scene = (
             rest[ctx.rng.choice(len(rest), MAX_SCENE_POINTS, replace=False)]

@@ -60,13 +60,25 @@ def colorize_depth(depth: np.ndarray) -> np.ndarray:
     return np.asarray(picture)
 
 
-def _ramp(values: np.ndarray) -> np.ndarray:
+def _ramp_exact(values: np.ndarray) -> np.ndarray:
     """Red (0) → yellow → cyan → blue (1), a turbo-like ramp without matplotlib."""
     stops = np.array([[220, 40, 30], [250, 220, 60], [60, 200, 220], [40, 60, 180]], dtype=np.float32)
     position = np.clip(values, 0.0, 1.0) * (len(stops) - 1)
     low = np.floor(position).astype(int).clip(0, len(stops) - 2)
     fraction = (position - low)[..., None]
     return ((1 - fraction) * stops[low] + fraction * stops[low + 1]).astype(np.uint8)
+
+
+_RAMP_LEVELS = 1024
+# The ramp looked up rather than interpolated per pixel (a depth picture is 300,000 pixels): 1,024
+# levels are finer than the 8-bit colours they map to.
+_RAMP_TABLE = _ramp_exact(np.linspace(0.0, 1.0, _RAMP_LEVELS))
+
+
+def _ramp(values: np.ndarray) -> np.ndarray:
+    """`_ramp_exact` of values in [0, 1] (clipped), by table."""
+    levels = np.clip(values, 0.0, 1.0) * (_RAMP_LEVELS - 1)
+    return _RAMP_TABLE[np.rint(levels).astype(np.intp)]
 
 
 def draw_gripper(image: np.ndarray, points_2d: np.ndarray) -> np.ndarray:

@@ -14,6 +14,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from spacetools.tools.projection import finite_rows
+
 # A fixed seed: plane fitting is an algorithm, not a simulated failure, so it must not vary per call.
 _RANSAC_SEED = 20251204
 _MAX_CLUSTER_POINTS = 20000
@@ -78,7 +80,7 @@ def fit_plane_ransac(
     The normal is oriented towards the camera (the origin), which for a table seen from above is up.
     Returns ``None`` when there are too few points to fit.
     """
-    finite = points[np.all(np.isfinite(points), axis=1)]
+    finite = points[finite_rows(points)]
     if len(finite) < 50:
         return None
     rng = np.random.default_rng(_RANSAC_SEED)
@@ -125,7 +127,10 @@ def estimate_support_plane(
         np.linalg.norm(np.percentile(object_points, 95, axis=0) - np.percentile(object_points, 5, axis=0))
     )
     radius = max(0.25, 3.0 * size)
-    nearby = other_points[np.linalg.norm(other_points - centre, axis=1) < radius]
+    offsets = other_points - centre
+    # The sum of squares written out: numpy's reduction along the rows of an (N, 3) array is slower.
+    distances = np.sqrt(offsets[:, 0] ** 2 + offsets[:, 1] ** 2 + offsets[:, 2] ** 2)
+    nearby = other_points[distances < radius]
     fitted = fit_plane_ransac(nearby)
     if fitted is None:
         return None

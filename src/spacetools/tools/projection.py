@@ -64,6 +64,21 @@ def pixel_index(u: float, v: float, width: int, height: int) -> tuple[int, int]:
     return min(int(v * height), height - 1), min(int(u * width), width - 1)
 
 
+def finite_rows(points: np.ndarray) -> np.ndarray:
+    """Boolean ``(N,)``: the rows of an ``(N, 3)`` array whose three coordinates are finite.
+
+    Column by column: numpy reduces a narrow array along its rows several times slower, and a per-pixel
+    cloud has 300,000 rows.
+    """
+    finite = np.isfinite(points)
+    return finite[:, 0] & finite[:, 1] & finite[:, 2]
+
+
+def valid_points(points: np.ndarray) -> np.ndarray:
+    """Boolean ``(N,)``: the finite points in front of the camera (``z > 0``) of an ``(N, 3)`` cloud."""
+    return finite_rows(points) & (points[:, 2] > 0)
+
+
 def as_point_cloud(value: object) -> np.ndarray:
     """Validate a point cloud argument: a finite-shaped ``(N, 3)`` float array."""
     cloud = np.asarray(value, dtype=np.float64)
@@ -134,7 +149,7 @@ def mask_selection(point_cloud: np.ndarray, mask: np.ndarray, focal_length_px: f
     subsampled) is projected with the mask's size as the image size, as the original tools did.
     """
     height, width = mask.shape
-    valid = np.all(np.isfinite(point_cloud), axis=1) & (point_cloud[:, 2] > 0)
+    valid = valid_points(point_cloud)
     if len(point_cloud) == height * width:
         return mask.reshape(-1) & valid
     selected = np.zeros(len(point_cloud), dtype=bool)

@@ -13,15 +13,22 @@ Beside it, an empty marker file per session that used it: releasing a session re
 every render no other session marks. The folder holds at most ``max_bytes`` of renders, least recently
 used first out. Files appear by an atomic rename, so a reader sees a whole render or none; a render
 removed under a reader is simply rendered again.
+
+Tools of one conversation often ask for a new scene at the same moment (the first turn points at
+two objects and estimates the depth at once): `rendering` holds a lock file per scene while one of
+them looks for the render and makes it, so the others wait for it and read it back instead of
+rendering it again themselves. The kernel drops the lock of a process that dies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import multiprocessing.util
 import os
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +37,9 @@ from spacetools.sim.camera import Camera
 from spacetools.sim.world import View
 
 RENDER_SUFFIX = ".npz"
+LOCK_SUFFIX = ".lock"
+BYTES_PER_PIXEL = 3 + 4 + 4
+"""A render's bytes per pixel: RGB, float32 depth, int32 segmentation."""
 MARKER_SEPARATOR = ".session-"
 
 
@@ -55,6 +65,26 @@ class RenderStore:
 
     def _render_path(self, key: str) -> Path:
         return self.folder / f"{key}{RENDER_SUFFIX}"
+
+    @contextlib.contextmanager
+    def rendering(self, key: str, pixels: int) -> Iterator[None]:
+        """Hold the scene's lock while looking for its render (of ``pixels`` pixels) and making it: tools
+        asking for the same scene meanwhile wait here, then find the render stored. No lock for a render
+        the store cannot hold, nor without a usable folder."""
+        if pixels * BYTES_PER_PIXEL > self.max_bytes:
+            yield
+            return
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            lock = os.open(self.folder / f"{key}{LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            yield
+            return
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)  # closing drops the lock
 
     def load(self, key: str, camera: Camera, session_id: str) -> View | None:
         """The stored view of ``key`` seen by ``camera`` (marked as used by the session), or None."""
@@ -90,6 +120,8 @@ class RenderStore:
                 key = marker.name.split(MARKER_SEPARATOR)[0]
                 if not any(self.folder.glob(f"{key}{MARKER_SEPARATOR}*")):
                     self._render_path(key).unlink(missing_ok=True)
+                    # A tool waiting on this lock renders the scene again: the store no longer holds it.
+                    (self.folder / f"{key}{LOCK_SUFFIX}").unlink(missing_ok=True)
 
     def mark(self, key: str, session_id: str) -> None:
         """Note that a session uses the render of ``key`` (nothing when it is not stored)."""

@@ -53,6 +53,7 @@ class Sam2Tool(SimulatedTool):
     """Promptable segmentation (SAM 2 in the paper), simulated."""
 
     name: ClassVar[str] = "sam2"
+    reads_truth: ClassVar[bool] = False
 
     def _segment(self, ctx: ToolContext, image_index: int, points: np.ndarray) -> tuple[np.ndarray, float]:
         """The mask at the image's size (segmented on the render) and its predicted IoU."""

@@ -103,12 +103,14 @@ class SceneCache:
     An entry is charged its full size up front (`Observation.nbytes`, which counts the geometry it
     derives later), so the cache never holds more than ``max_bytes``; an observation larger than that
     is returned without being kept. Each entry remembers the sessions that used it and goes when the
-    last of them is released.
+    last of them is released. Without ``with_truths`` the observations carry no per-object truth (an
+    empty `Observation.truths`), for tools that read only the render.
     """
 
-    def __init__(self, max_bytes: int, store: RenderStore | None = None) -> None:
+    def __init__(self, max_bytes: int, store: RenderStore | None = None, *, with_truths: bool = True) -> None:
         self.max_bytes = max_bytes
         self.store = store
+        self.with_truths = with_truths
         self._entries: OrderedDict[tuple[str, int, int], _Entry] = OrderedDict()
 
     def __len__(self) -> int:
@@ -142,13 +144,19 @@ class SceneCache:
         """The observation from the shared store when another tool rendered it, else rendered (and shared)."""
         spec = parse_spec(spec_json)
         camera = render_camera(spec, key[1], key[2])
-        store_key = _store_key(key)
-        view = self.store.load(store_key, camera, session_id) if self.store is not None else None
-        if view is None:
+        if self.store is None:
             view = render_view(spec, camera)
-            if self.store is not None:
-                self.store.save(store_key, view, session_id)
-        return Observation(spec=spec, view=view, truths=compute_ground_truth(spec, view))
+        else:
+            store_key = _store_key(key)
+            # Tools asking for the scene at the same moment wait here for one render, then read it.
+            with self.store.rendering(store_key, key[1] * key[2]):
+                stored = self.store.load(store_key, camera, session_id)
+                if stored is None:
+                    stored = render_view(spec, camera)
+                    self.store.save(store_key, stored, session_id)
+            view = stored
+        truths = compute_ground_truth(spec, view) if self.with_truths else []
+        return Observation(spec=spec, view=view, truths=truths)
 
     def release(self, session_id: str) -> None:
         """Forget a closed session; drop the observations no open session used (and its shared renders)."""
@@ -207,12 +215,15 @@ class SimulatedTool(Tool):
     """Base of the perception tools backed by the simulated world (pointing, segmentation, depth)."""
 
     config_keys: ClassVar[frozenset[str]] = frozenset(SimulationSettings.model_fields)
+    reads_truth: ClassVar[bool] = True
+    """Whether the tool reads the objects' truth (boxes, masks): a depth model or a segmenter reads only
+    the render (depth, segmentation, table), and skips computing it for each scene."""
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
         self.simulation = SimulationSettings.of(config)
         cache_bytes = int(self.simulation.cache_mb * 2**20)
-        self._scenes = SceneCache(cache_bytes, RenderStore(cache_bytes))
+        self._scenes = SceneCache(cache_bytes, RenderStore(cache_bytes), with_truths=self.reads_truth)
         self._profile = get_profile(self.simulation.profile)
 
     @classmethod

@@ -85,8 +85,17 @@ def plan_relation_2d(task: Task, replay: ToolReplay) -> Answer:
     picked = next((c for c in choices if wanted.get(c.strip().lower(), False)), None)
     if picked is None:
         picked = ("left" if du < 0 else "right") if abs(du) >= abs(dv) else ("above" if dv < 0 else "below")
+    letter = letter_of(choices, picked)
+    # The comparison spelled out, one step at a time, so that a student trained on the thought can
+    # learn it: the coordinates, the axis the options ask about, the direction, the option's letter.
+    direction = picked.strip().lower()
+    axis, (ua, ub) = ("y", (pa[1], pb[1])) if direction in ("above", "below") else ("x", (pa[0], pb[0]))
+    sign = "<" if ua < ub else ">" if ua > ub else "="
+    where = f"{direction} of" if direction in ("left", "right") else direction
     return Answer(
-        letter_of(choices, picked), f"The {a} is at {format_point(pa)} and the {b} at {format_point(pb)}."
+        letter,
+        f"The {a} is at {format_point(pa)} and the {b} at {format_point(pb)}: {axis} {ua:.3f} {sign} "
+        f"{ub:.3f}, so the {a} is {where} the {b}, which is {letter}.",
     )
 
 
