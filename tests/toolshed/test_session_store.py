@@ -133,6 +133,11 @@ def test_references_resolve_inside_lists_and_objects() -> None:
     }
     assert read_arguments("t.m", arguments)[1] == ["mask", "cloud", "mask"]
     # In order of appearance, also where a container comes before a string, and inside tuples.
-    later = {"b": [["$inner"], "$outer"], "a": ("$tupled",), "c": "$last"}
-    assert read_arguments("t.m", later)[1] == ["inner", "outer", "tupled", "last"]
-    assert resolve_references(later, str.upper) == {"b": [["INNER"], "OUTER"], "a": ("TUPLED",), "c": "LAST"}
+    later = {"b": [["$inner"], "$outer"], "a": ("$tupled",), "c": "$last", "d": [np.str_("$numpy")]}
+    assert read_arguments("t.m", later)[1] == ["inner", "outer", "tupled", "last", "numpy"]
+    assert resolve_references(later, str.upper) == {
+        "b": [["INNER"], "OUTER"],
+        "a": ("TUPLED",),
+        "c": "LAST",
+        "d": ["NUMPY"],
+    }

@@ -105,7 +105,7 @@ def _shape_and_references(name: str, arguments: Mapping[str, Any]) -> list[str]:
     stack: list[tuple[Any, int]] = [(arguments, 1)]
     while stack:
         item, depth = stack.pop()
-        if type(item) is str:  # only `$` strings are stacked
+        if isinstance(item, str):  # only `$` strings are stacked
             match = REFERENCE.match(item)
             if match:
                 names.append(match.group(1))
@@ -124,7 +124,7 @@ def _shape_and_references(name: str, arguments: Mapping[str, Any]) -> list[str]:
             kind = type(child)
             if kind in _PLAIN_NUMBERS:  # the common case first: no abstract class to ask
                 continue
-            if kind is str:
+            if kind is str or isinstance(child, str):  # numpy's str_ too
                 if child.startswith("$"):
                     stack.append((child, depth))
             elif kind is list or kind is dict or isinstance(child, list | tuple | Mapping):
