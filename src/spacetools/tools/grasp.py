@@ -31,6 +31,7 @@ from spacetools.tools.projection import (
     format_points,
     mask_selection,
     project_to_normalized,
+    rows_all,
     valid_points,
 )
 
@@ -89,8 +90,7 @@ def _frame(approach: np.ndarray, closing: np.ndarray, origin: np.ndarray) -> np.
 
 def _in_box(local: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """Which local-frame points lie in the axis-aligned box [low, high] grown by the collision margin."""
-    inside = (local >= low - COLLISION_MARGIN) & (local <= high + COLLISION_MARGIN)
-    return inside[:, 0] & inside[:, 1] & inside[:, 2]  # by column: faster than a reduction along rows
+    return rows_all((local >= low - COLLISION_MARGIN) & (local <= high + COLLISION_MARGIN))
 
 
 def gripper_collides(pose: np.ndarray, width: float, points: np.ndarray) -> bool:
@@ -121,8 +121,7 @@ def within_reach(points: np.ndarray, grasps: list[Grasp], max_width: float) -> n
     )
     origins = np.array([g.pose[:3, 3] for g in grasps])
     low, high = origins.min(axis=0) - reach, origins.max(axis=0) + reach
-    inside = (points >= low) & (points <= high)
-    return points[inside[:, 0] & inside[:, 1] & inside[:, 2]]
+    return points[rows_all((points >= low) & (points <= high))]
 
 
 def _sample_approach(up: np.ndarray, toward_camera: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -64,14 +64,18 @@ def pixel_index(u: float, v: float, width: int, height: int) -> tuple[int, int]:
     return min(int(v * height), height - 1), min(int(u * width), width - 1)
 
 
-def finite_rows(points: np.ndarray) -> np.ndarray:
-    """Boolean ``(N,)``: the rows of an ``(N, 3)`` array whose three coordinates are finite.
+def rows_all(flags: np.ndarray) -> np.ndarray:
+    """Boolean ``(N,)``: the rows of an ``(N, 3)`` boolean array that are true in all three columns.
 
     Column by column: numpy reduces a narrow array along its rows several times slower, and a per-pixel
     cloud has 300,000 rows.
     """
-    finite = np.isfinite(points)
-    return finite[:, 0] & finite[:, 1] & finite[:, 2]
+    return flags[:, 0] & flags[:, 1] & flags[:, 2]
+
+
+def finite_rows(points: np.ndarray) -> np.ndarray:
+    """Boolean ``(N,)``: the rows of an ``(N, 3)`` array whose three coordinates are finite."""
+    return rows_all(np.isfinite(points))
 
 
 def valid_points(points: np.ndarray) -> np.ndarray:
