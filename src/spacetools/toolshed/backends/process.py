@@ -57,6 +57,7 @@ _context: multiprocessing.context.BaseContext | None = None
 _preload: list[str] = [__name__]
 #: The method name of a session release sent to a worker (no tool method starts with "__").
 _RELEASE_SESSION = "__release_session__"
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
 #: One worker starts at a time while the main script is hidden (see `_main_script_hidden`).
 _START_LOCK = threading.Lock()
 _GUARD_HINT = (
@@ -124,80 +125,75 @@ class _WorkerExited(Exception):
 
 #: What comes before each message on the pipe: its length in bytes.
 _LENGTH = struct.Struct("!Q")
+_HEADER = _LENGTH.size
 #: Messages up to this size are written in one call with their length (bigger ones are not copied).
 _JOIN_BYTES = 64 * 2**10
-#: What the server reads at once: at least a small message whole, at most what a pipe holds.
+#: What one read takes at most: a small message whole, at most what a pipe holds.
 _MIN_READ_BYTES = 64 * 2**10
 _MAX_READ_BYTES = 2**20
 
 
 def _write_message(fd: int, payload: bytes) -> None:
-    """Write one message, all of it (a pipe may take fewer bytes at once): its length, then its bytes."""
-    header = _LENGTH.pack(len(payload))
-    if len(payload) <= _JOIN_BYTES:
-        _write_all(fd, header + payload)
-    else:
-        _write_all(fd, header)
-        _write_all(fd, payload)
+    """Write one message, all of it: its length, then its bytes (a small one in one system call)."""
+    if len(payload) > _JOIN_BYTES:
+        _write_all(fd, memoryview(_LENGTH.pack(len(payload))))
+        _write_all(fd, memoryview(payload))
+        return
+    data = _LENGTH.pack(len(payload)) + payload
+    written = os.write(fd, data)
+    if written < len(data):  # a pipe may take fewer bytes at once
+        _write_all(fd, memoryview(data)[written:])
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+def _write_all(fd: int, view: memoryview) -> None:
     while view:
         view = view[os.write(fd, view) :]
 
 
-def _read_message(fd: int) -> bytearray:
-    """Wait for the next whole message (the worker's side); `EOFError` once the server's end is closed."""
-    (size,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size))
-    return _read_exactly(fd, size)
-
-
-def _read_exactly(fd: int, size: int) -> bytearray:
-    data = bytearray(size)
-    view = memoryview(data)
-    while view:
-        count = os.readv(fd, [view])
-        if count == 0:
-            raise EOFError
-        view = view[count:]
-    return data
-
-
 class _MessageReader:
-    """The server's side of the pipe: a worker's message, taken as it arrives.
+    """One end's reads of the other's messages, each taken whole.
 
-    One read per call of `read`, made when the pipe is readable, so it never waits. A worker sends one
-    message (its setup's outcome, then a call's result) only when the server waits for it: nothing
-    follows a message before the server has read it.
+    `read` makes one read of what has arrived (up to the rest of the message, when known): the server
+    calls it when the pipe is readable, so it never waits there; the worker's reads wait for data.
+    Bytes past a message (the worker gets a session's release and the next call back to back) are
+    kept for `pending`.
     """
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._buffer = bytearray()
-        self._missing = 0  # bytes of the message not read yet, when known
+        self._read_size = _MIN_READ_BYTES
 
     def read(self) -> bytes | bytearray | memoryview | None:
-        """What has arrived: the message once it is whole, else None; `EOFError` once the worker's end
-        is closed."""
-        chunk = os.read(self._fd, min(max(self._missing, _MIN_READ_BYTES), _MAX_READ_BYTES))
+        """One read: the next message once it is whole, else None; `EOFError` once the other end is
+        closed."""
+        chunk = os.read(self._fd, self._read_size)
         if not chunk:
             raise EOFError
-        if not self._buffer and len(chunk) >= _LENGTH.size:  # the usual: a whole message at once
-            end = _LENGTH.size + _LENGTH.unpack_from(chunk)[0]
-            if len(chunk) == end:
-                return memoryview(chunk)[_LENGTH.size :]
+        # The usual: nothing kept, and the chunk is one whole message.
+        size = len(chunk) - _HEADER
+        if not self._buffer and size >= 0 and _LENGTH.unpack_from(chunk)[0] == size:
+            return memoryview(chunk)[_HEADER:]
+        self._buffer += chunk
+        return self.pending()
+
+    def pending(self) -> bytearray | None:
+        """The next message if it was read whole already, else None."""
         buffer = self._buffer
-        buffer += chunk
-        if len(buffer) < _LENGTH.size:
-            return None
-        end = _LENGTH.size + _LENGTH.unpack_from(buffer)[0]
+        end = _HEADER + _LENGTH.unpack_from(buffer)[0] if len(buffer) >= _HEADER else _HEADER
         if len(buffer) < end:
-            self._missing = end - len(buffer)
+            self._read_size = min(max(end - len(buffer), _MIN_READ_BYTES), _MAX_READ_BYTES)
             return None
-        message = buffer[_LENGTH.size : end]
+        message = buffer[_HEADER:end]
         del buffer[:end]
-        self._missing = 0
+        self._read_size = _MIN_READ_BYTES
+        return message
+
+    def wait(self) -> bytes | bytearray | memoryview:
+        """The next message, read as long as it takes (a blocking pipe)."""
+        message: bytes | bytearray | memoryview | None = self.pending() if self._buffer else None
+        while message is None:
+            message = self.read()
         return message
 
 
@@ -216,16 +212,14 @@ class ProcessInstance:
         self._contexts = ContextSender()
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: multiprocessing.connection.Connection | None = None
+        self._fd = -1  # the pipe's file descriptor, once started
         self._reader: _MessageReader | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: asyncio.Future[Any] | None = None
-        self._dead = False
         self._reading = False
-
-    @property
-    def alive(self) -> bool:
-        """True from a successful start until the worker dies or is killed."""
-        return self._conn is not None and not self._dead
+        #: True from a successful start until the worker dies or is killed (a plain attribute: the
+        #: router reads it on every call).
+        self.alive = False
 
     @property
     def pid(self) -> int | None:
@@ -245,10 +239,11 @@ class ProcessInstance:
         await asyncio.to_thread(self._start_process, self._process)
         child_conn.close()  # only the worker holds its end, so its death reads as end of file here
         self._conn = parent_conn
-        self._reader = _MessageReader(parent_conn.fileno())
+        self._fd = parent_conn.fileno()
+        self._reader = _MessageReader(self._fd)
         self._loop = asyncio.get_running_loop()
         self._pending = self._loop.create_future()
-        self._loop.add_reader(parent_conn.fileno(), self._on_readable)
+        self._loop.add_reader(self._fd, self._on_readable)
         self._reading = True
         try:
             status, detail = await asyncio.wait_for(self._pending, self._start_timeout_s)
@@ -265,6 +260,7 @@ class ProcessInstance:
         if status != "ready":
             await self.kill()
             raise SetupFailed(f"{self._name} setup failed: {detail}")
+        self.alive = self._reading  # unless it died or was killed meanwhile
 
     def _start_process(self, process: multiprocessing.process.BaseProcess) -> None:
         with _START_LOCK, _main_script_hidden(self._tool_ref):
@@ -272,22 +268,21 @@ class ProcessInstance:
 
     async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Send one call to the worker and wait for its result."""
-        if not self.alive or self._conn is None or self._loop is None:
+        if not self.alive:
             raise InstanceCrashed(await self._exit_code())
         try:
-            payload = pickle.dumps(
-                (method, kwargs, self._contexts.pack(ctx)), protocol=pickle.HIGHEST_PROTOCOL
-            )
+            payload = pickle.dumps((method, kwargs, self._contexts.pack(ctx)), _PROTOCOL)
         except Exception:
             self._contexts.forget(ctx.session_id)  # the worker did not get it: send it again next time
             raise
-        self._pending = self._loop.create_future()
+        assert self._loop is not None  # set by start, with `alive`
+        pending = self._pending = self._loop.create_future()
         try:
-            _write_message(self._conn.fileno(), payload)
-            result: ToolResult = await self._pending
+            _write_message(self._fd, payload)
+            result: ToolResult = await pending
             return result
         except (_WorkerExited, BrokenPipeError, ConnectionResetError):
-            self._dead = True
+            self.alive = False
             raise InstanceCrashed(await self._exit_code()) from None
 
     def release_session(self, session_id: str) -> None:
@@ -295,10 +290,10 @@ class ProcessInstance:
         frees sessions; the worker runs it after the call before it and answers nothing (so the pending
         call's answer stays the next message)."""
         held = self._contexts.forget(session_id)
-        if not (held or self._releases) or not self.alive or self._conn is None:
+        if not (held or self._releases) or not self.alive:
             return
         with contextlib.suppress(OSError):  # a worker that died meanwhile is the router's to replace
-            _write_message(self._conn.fileno(), pickle.dumps((_RELEASE_SESSION, session_id, None)))
+            _write_message(self._fd, pickle.dumps((_RELEASE_SESSION, session_id, None)))
 
     async def kill(self) -> None:
         """Kill the worker process and close the pipe."""
@@ -317,19 +312,20 @@ class ProcessInstance:
         except (EOFError, OSError):
             self._mark_dead()
             return
-        if message is None or self._pending is None or self._pending.done():
+        pending = self._pending
+        if message is None or pending is None or pending.done():
             return
         try:
             outcome = pickle.loads(message)
         except Exception as exc:  # a result the server cannot load (the call fails, the worker is fine)
-            self._pending.set_exception(exc)
+            pending.set_exception(exc)
             return
-        self._pending.set_result(outcome)
+        pending.set_result(outcome)
 
     def _mark_dead(self) -> None:
-        self._dead = True
-        if self._reading and self._loop is not None and self._conn is not None:
-            self._loop.remove_reader(self._conn.fileno())
+        self.alive = False
+        if self._reading and self._loop is not None:
+            self._loop.remove_reader(self._fd)
             self._reading = False
         if self._pending is not None and not self._pending.done():
             self._pending.set_exception(_WorkerExited())
@@ -397,9 +393,10 @@ def _worker_main(
         return
     _write_message(fd, pickle.dumps(("ready", os.getpid())))
     contexts = ContextReceiver()
+    reader = _MessageReader(fd)
     while True:
         try:
-            method, kwargs, wire = pickle.loads(_read_message(fd))
+            method, kwargs, wire = pickle.loads(reader.wait())
         except EOFError:
             return
         if method == _RELEASE_SESSION:
@@ -408,7 +405,7 @@ def _worker_main(
             continue
         result = invoke_tool_method(tool, method, kwargs, contexts.unpack(wire))
         try:
-            payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps(result, _PROTOCOL)
         except Exception as exc:
             payload = pickle.dumps(error_result(TypeError(f"the result of {method} cannot be sent: {exc}")))
         _write_message(fd, payload)
