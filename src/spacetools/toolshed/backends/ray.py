@@ -14,8 +14,11 @@ images and small variables come back to the server.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import pickle
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,7 +36,7 @@ from spacetools.kit.definition import (
     sanitize_error_text,
 )
 from spacetools.toolshed.backends.base import InstanceCrashed, SetupFailed
-from spacetools.toolshed.backends.context import ContextReceiver, ContextSender
+from spacetools.toolshed.backends.context import ContextReceiver, ContextSender, WireContext
 from spacetools.toolshed.deployment import ToolDeployment, resolve_tool_class
 
 if TYPE_CHECKING:
@@ -134,10 +137,37 @@ def _attach_bulk(result: ToolResult, bulk_ref: ray.ObjectRef[Any]) -> ToolResult
     return result
 
 
-#: One call as the actor takes it: `[number, method, kwargs, wire]`, the call's number on its instance,
-#: the method, the keyword arguments and the context (`WireContext`, as a list). Lists, not tuples: Ray
-#: packs lists of plain values with msgpack, while a tuple (and all it holds) goes through cloudpickle.
-_Call = list[Any]
+#: One call as the actor takes it: `(number, method, kwargs, wire)`, the call's number on its instance,
+#: the method, the keyword arguments and the context (`WireContext`). Pickled here into bytes, which Ray
+#: passes through untouched (its msgpack and cloudpickle steps cost more than the call on both ends);
+#: arguments holding `ClusterArray` handles (or anything plain pickle refuses) go as a list for Ray to
+#: serialize, which must see the object refs inside to keep their objects alive for the actor.
+_Call = bytes | list[Any]
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+class _HoldsClusterValues(Exception):
+    """A call's arguments hold a `ClusterArray`: Ray serializes the call itself."""
+
+
+def _refuse_cluster_array(_value: ClusterArray) -> Any:
+    raise _HoldsClusterValues
+
+
+class _CallPickler(pickle.Pickler):
+    """Pickles a call, refusing `ClusterArray` handles."""
+
+    dispatch_table = types.MappingProxyType({ClusterArray: _refuse_cluster_array})
+
+
+def _pack_call(number: int, method: str, kwargs: dict[str, Any], wire: WireContext) -> _Call:
+    buffer = io.BytesIO()
+    try:
+        _CallPickler(buffer, _PROTOCOL).dump((number, method, kwargs, wire))
+    except Exception:
+        # Lists, not tuples: Ray packs lists of plain values with msgpack, a tuple with cloudpickle.
+        return [number, method, kwargs, list(wire)]
+    return buffer.getvalue()
 
 
 class _ToolActor:
@@ -158,18 +188,28 @@ class _ToolActor:
             return "failed", sanitize_error_text(f"{type(exc).__name__}: {exc}")
         return "ready", os.getpid()
 
-    def invoke(self, call: _Call) -> ToolResult | dict[str, Any]:
-        """Run one call; its big arrays wait for `take_bulk` (the server asks only when there are).
+    def invoke(self, call: _Call) -> bytes | ToolResult:
+        """Run one call; its big arrays wait for `take_bulk`.
 
-        A plain `ToolResult` goes back as its fields, which Ray packs with msgpack (a dataclass is
-        pickled, with its class, for every call)."""
+        The result goes back pickled here, as bytes that Ray passes through, unless it holds big arrays
+        (or plain pickle refuses it): then as itself, and the server asks for the big arrays.
+        """
         assert self._tool is not None, "setup() runs first"
-        number, method, kwargs, wire = call
-        ctx = self._contexts.unpack(wire)
-        result = invoke_tool_method(self._tool, method, fetch_cluster_values(kwargs), ctx)
+        if isinstance(call, bytes):
+            number, method, kwargs, wire = pickle.loads(call)
+        else:  # arguments with cluster values
+            number, method, kwargs, wire = call
+            kwargs = fetch_cluster_values(kwargs)
+        result = invoke_tool_method(self._tool, method, kwargs, self._contexts.unpack(wire))
         bulk = _split_bulk(result)
-        self._bulk = (number, bulk) if bulk else None
-        return vars(result) if type(result) is ToolResult else result
+        if bulk:
+            self._bulk = (number, bulk)
+            return result
+        self._bulk = None
+        try:
+            return pickle.dumps(result, _PROTOCOL)
+        except Exception:
+            return result
 
     def take_bulk(self, number: int) -> dict[str, np.ndarray]:
         """The big arrays of call `number`, to become a return object the server owns."""
@@ -267,15 +307,12 @@ class RayInstance:
         self._actor: Any = None
         self._invoke: Any = None
         self._pid: int | None = None
-        self._dead = False
+        #: True from a successful start until the actor dies or is killed (a plain attribute: the router
+        #: reads it on every call).
+        self.alive = False
         self._releases = releases_sessions(resolve_tool_class(tool))
         self._contexts = ContextSender()
         self._calls = 0
-
-    @property
-    def alive(self) -> bool:
-        """True from a successful start until the actor dies or is killed."""
-        return self._actor is not None and not self._dead
 
     @property
     def pid(self) -> int | None:
@@ -309,6 +346,7 @@ class RayInstance:
             raise SetupFailed(f"{self._name} setup failed: {detail}")
         self._pid = detail
         self._invoke = self._actor.invoke  # a method handle made once (each attribute read makes one)
+        self.alive = True
         watch = self._actor.watch.options(concurrency_group="watch").remote()
         watch.future().add_done_callback(self._on_death)
 
@@ -320,21 +358,24 @@ class RayInstance:
             raise InstanceCrashed(None)
         self._calls += 1
         try:
-            call: _Call = [self._calls, method, kwargs, list(self._contexts.pack(ctx))]
-            result_ref = self._invoke.remote(call)
+            result_ref = self._invoke.remote(
+                _pack_call(self._calls, method, kwargs, self._contexts.pack(ctx))
+            )
         except Exception:
             self._contexts.forget(ctx.session_id)  # the actor did not get it: send it again next time
             raise
         try:
-            outcome: ToolResult | dict[str, Any] = await result_ref
+            outcome: bytes | ToolResult = await result_ref
         except ray.exceptions.RayActorError:
-            self._dead = True
+            self.alive = False
             raise InstanceCrashed(None) from None
-        result = ToolResult(**outcome) if isinstance(outcome, dict) else outcome
-        if _has_bulk(result):
+        if isinstance(outcome, bytes):
+            result: ToolResult = pickle.loads(outcome)
+            return result
+        if _has_bulk(outcome):
             # Asked for before any later call can reach the actor, so its arrays are still there.
-            _attach_bulk(result, self._actor.take_bulk.remote(self._calls))
-        return result
+            _attach_bulk(outcome, self._actor.take_bulk.remote(self._calls))
+        return outcome
 
     def release_session(self, session_id: str) -> None:
         """Queue the session's release on the actor (one call at a time: after the calls before it),
@@ -344,13 +385,13 @@ class RayInstance:
             self._actor.release_session.remote(session_id)  # fire and forget: nobody waits for it
 
     def _on_death(self, _future: Any) -> None:
-        self._dead = True  # from a Ray thread: the router reads it when it next takes this instance
+        self.alive = False  # from a Ray thread: the router reads it when it next takes this instance
 
     async def kill(self) -> None:
         """Kill the actor now (its running call fails, its object store values stay)."""
         import ray
 
-        self._dead = True
+        self.alive = False
         if self._actor is not None:
             ray.kill(self._actor, no_restart=True)
         if self._placed and self._placement is not None:
