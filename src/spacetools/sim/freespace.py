@@ -121,7 +121,7 @@ def _band_grid(
     band = np.asarray(side_band(obs, anchor, side).exterior.coords)[:4]
     direction = obs.side_direction(side)
     lateral = np.array([-direction[1], direction[0]])
-    start = band[0] + 0.5 * (band[3] - band[0])
+    start = band[0] + 0.5 * (band[3] - band[0])  # mid-point of the edge touching the anchor
     width = float(np.linalg.norm(band[3] - band[0]))
     # Rows (depth, across) with depth varying fastest, as np.meshgrid(depths, acrosses) orders them.
     grid = np.stack(
