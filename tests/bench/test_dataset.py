@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,18 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
         assert read.extra_info == original.extra_info  # absent keys are not invented as None
         assert read.images[0].shape == original.images[0].shape
         assert np.abs(read.images[0].astype(int) - original.images[0]).mean() < 2.0
+
+
+def test_images_encoded_before_pickling_write_the_same_file(tmp_path: Path) -> None:
+    # A generator's workers encode the JPEGs and send the samples to the process that writes the file.
+    encoded = _sample(0)
+    assert encoded.image_urls()[0].startswith("data:image/jpeg;base64,")
+    sent_bytes = pickle.dumps(encoded)
+    assert encoded.image_urls()[0].encode() in sent_bytes  # the encoding travels: no second one
+    moved = pickle.loads(sent_bytes)
+    assert moved.image_urls() == encoded.image_urls()
+    sent = write_parquet([moved], tmp_path / "sent.parquet")
+    assert sent.read_bytes() == write_parquet([_sample(0)], tmp_path / "fresh.parquet").read_bytes()
 
 
 def test_file_has_the_verl_schema(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
 from spacetools.agent.types import EpisodeInput, Task
 from spacetools.kit import imagecodec
@@ -69,6 +69,7 @@ class Sample(BaseModel):
     ground_truth: str
     style: str = "rule"
     extra_info: dict[str, Any]
+    _image_urls: list[str] | None = PrivateAttr(default=None)
 
     @field_validator("images")
     @classmethod
@@ -82,6 +83,16 @@ class Sample(BaseModel):
     def question(self) -> str:
         """The question text without the leading `<image>` tag."""
         return str(self.extra_info.get("question", "")).removeprefix("<image>\n")
+
+    def image_urls(self) -> list[str]:
+        """The images as the JPEG data URLs a parquet row stores, encoded on the first call only (and
+        kept when the sample is pickled): a generator's worker processes encode their samples in parallel
+        rather than leaving it all to the process that writes the file. The images must not change after."""
+        if self._image_urls is None:
+            self._image_urls = [
+                imagecodec.to_data_url(image, "jpeg", quality=JPEG_QUALITY) for image in self.images
+            ]
+        return self._image_urls
 
 
 def _extra_info_row(extra_info: dict[str, Any]) -> dict[str, Any]:
@@ -100,10 +111,7 @@ def write_parquet(samples: Sequence[Sample], path: str | Path) -> Path:
         {
             "data_source": sample.data_source,
             "prompt": [{"role": m["role"], "content": m["content"]} for m in sample.prompt],
-            "images": [
-                {"image": imagecodec.to_data_url(image, "jpeg", quality=JPEG_QUALITY)}
-                for image in sample.images
-            ],
+            "images": [{"image": url} for url in sample.image_urls()],
             "ability": sample.ability,
             "reward_model": {"ground_truth": sample.ground_truth, "style": sample.style},
             "extra_info": _extra_info_row(sample.extra_info),

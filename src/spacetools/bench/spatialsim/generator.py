@@ -183,7 +183,12 @@ def generate_group(seed: int, family_name: str, group: int, count: int) -> list[
 
 
 def _generate_job(job: tuple[int, str, int, int]) -> list[Sample]:
-    return generate_group(*job)
+    """A worker's job: the group's samples with their JPEGs already encoded (in parallel, while the other
+    worker generates), so the process writing the parquet files only copies them."""
+    samples = generate_group(*job)
+    for sample in samples:
+        sample.image_urls()
+    return samples
 
 
 def default_workers() -> int:
@@ -209,7 +214,7 @@ def generate(
     if workers <= 1 or len(jobs) == 1:
         groups = []
         for job in jobs:
-            groups.append(_generate_job(job))
+            groups.append(generate_group(*job))
             if on_questions is not None:
                 on_questions(len(groups[-1]))
     else:
