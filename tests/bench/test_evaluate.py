@@ -192,7 +192,11 @@ class WorkerKillingPolicy(ScriptedPolicy):
 
     async def act(self, state: EpisodeState) -> str:
         self.turns += 1
-        workers = [p for p in multiprocessing.active_children() if p.pid is not None and p.is_alive()]
+        workers = [
+            p
+            for p in multiprocessing.active_children()
+            if p.name.startswith("toolshed-") and p.pid is not None and p.is_alive()
+        ]
         if self.turns % 3 == 0 and workers:
             os.kill(workers[self.turns % len(workers)].pid, signal.SIGKILL)  # type: ignore[arg-type]
             self.kills += 1

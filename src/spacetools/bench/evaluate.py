@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,7 +23,7 @@ from spacetools.agent.rollout import RolloutConfig, run_episodes
 from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.dataset import Sample, episode_input, load_samples
 from spacetools.bench.progress import progress_bar
-from spacetools.bench.report import write_report
+from spacetools.bench.report import CARDS_FOLDER, CardBuilder, write_report
 from spacetools.bench.runfolder import (
     REPORT_FILE,
     RUN_FILE,
@@ -158,6 +159,7 @@ def _prepare_folder(config: EvalConfig) -> str | None:
         repaired = repair_samples(out / SAMPLES_FILE)
     else:
         (out / SAMPLES_FILE).unlink(missing_ok=True)
+        shutil.rmtree(out / CARDS_FOLDER, ignore_errors=True)
     (out / RUN_FILE).write_text(json.dumps(config.run_record(), indent=2) + "\n", encoding="utf-8")
     return repaired
 
@@ -208,8 +210,10 @@ async def _run_pending(
     pending: dict[str, Sample],
     config: EvalConfig,
     console: Console | None,
+    cards: CardBuilder | None,
 ) -> None:
-    """Run the pending samples' episodes, appending one scored row per episode as it ends."""
+    """Run the pending samples' episodes, appending one scored row per episode as it ends (and handing
+    it to ``cards``, which builds its report card meanwhile)."""
     inputs = [episode_input(sample, key) for key, sample in pending.items()]
     questions = {item.task.id: item.task.question for item in inputs}
     bar = progress_bar(console, "episodes", len(inputs), unit="ep") if console else None
@@ -221,6 +225,8 @@ async def _run_pending(
             for trajectory in trajectories:
                 row = sample_row(pending[trajectory.task_id], trajectory, questions[trajectory.task_id])
                 writer.append(row)
+                if cards is not None:
+                    cards.submit(row, pending[trajectory.task_id])
                 _log_episode(trajectory, row["score"])
                 if advance is not None:
                     advance(1)
@@ -243,7 +249,11 @@ async def _run_pending(
 
 
 async def _run_and_summarize(
-    policy: Policy, config: EvalConfig, samples: dict[str, Sample], console: Console | None
+    policy: Policy,
+    config: EvalConfig,
+    samples: dict[str, Sample],
+    console: Console | None,
+    cards: CardBuilder | None,
 ) -> tuple[Summary, list[dict[str, Any]]]:
     """Run the samples not done before; the summary (saved) over every row of the run, and the rows."""
     samples_file = config.out / SAMPLES_FILE
@@ -263,7 +273,7 @@ async def _run_and_summarize(
     started = loop.time()
     if pending:
         async with connect(config.tools) as toolshed:
-            await _run_pending(policy, toolshed, pending, config, console)
+            await _run_pending(policy, toolshed, pending, config, console, cards)
     run_wall_s = loop.time() - started
 
     rows = [row for row in unique_rows(read_rows(samples_file)) if row.get("id") in samples]
@@ -290,12 +300,15 @@ async def evaluate_async(
     samples = load_samples(config.data, config.benches, config.limit)
     with run_folder_lock(config.out):  # one writer per run folder, for the whole run
         repaired = _prepare_folder(config)
-        with run_log(config.out):
+        # The report's cards are built as the episodes end, in worker processes started before the tools.
+        builder = CardBuilder(config.out / CARDS_FOLDER) if config.report else None
+        with run_log(config.out), builder or contextlib.nullcontext():
             if repaired:
                 logger.warning(repaired)
-            summary, rows = await _run_and_summarize(policy, config, samples, console)
-            if config.report:
-                write_report(config.out / REPORT_FILE, summary, rows, samples)
+            summary, rows = await _run_and_summarize(policy, config, samples, console, builder)
+            if builder is not None:
+                cards = builder.finish(rows, samples)
+                write_report(config.out / REPORT_FILE, summary, rows, samples, cards=cards)
     if console is not None:
         console.print(summary_table(summary))
     return summary

@@ -6,6 +6,8 @@
   (a full disk) is cut back off, so no later row lands on a fragment. A fragment left by a kill mid-write
   is dropped by :func:`repair_samples` when the run resumes, and its sample runs again.
 - ``summary.json``, ``report.html``: rebuilt from all rows at the end of every run.
+- ``report_cards/``: each row's report card, built as its episode ends and kept for the next report
+  (:mod:`spacetools.bench.report.cards`).
 """
 
 from __future__ import annotations

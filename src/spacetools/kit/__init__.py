@@ -2,5 +2,6 @@
 
 The tool framework (`definition`, its argument schemas `arguments`, `batching`, the image wire format
 `imagecodec`, `function_names`) and the loading of models from local folders (`loading`, `trainable`,
-`textonly`). It imports nothing else of spacetools, so every layer may build on it.
+`textonly`), and starting worker processes without the user's main script (`mainscript`). It imports
+nothing else of spacetools, so every layer may build on it.
 """

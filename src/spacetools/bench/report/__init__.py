@@ -12,12 +12,14 @@ alone can be mailed); each sample's picture at full size is a JPEG in ``report_f
 
 The tools' geometry is drawn from each call's structured ``value``, under the keys its tool method
 declared (``@tool_method(geometry=…)``). The HTML comes from the Jinja2 templates ``report*.html`` in
-``bench/templates/``. Modules: :mod:`~spacetools.bench.report.drawing` (a sample's picture),
+``bench/templates/``. Modules: :mod:`~spacetools.bench.report.cards` (a sample's card, built as its
+episode ends and kept in the run folder), :mod:`~spacetools.bench.report.drawing` (a sample's picture),
 :mod:`~spacetools.bench.report.toolchain` (the calls), :mod:`~spacetools.bench.report.images`
 (thumbnails and side files), :mod:`~spacetools.bench.report.plots`,
 :mod:`~spacetools.bench.report.browse` (filter and sort) and :mod:`~spacetools.bench.report.page`.
 """
 
+from spacetools.bench.report.cards import CARDS_FOLDER, BuiltCard, CardBuilder, build_card
 from spacetools.bench.report.drawing import (
     PREDICTED,
     TOOL_POINT,
@@ -31,13 +33,17 @@ from spacetools.bench.report.page import render_report, write_report
 from spacetools.bench.report.toolchain import tool_geometry_picture
 
 __all__ = [
+    "CARDS_FOLDER",
     "PREDICTED",
     "SIDE_FOLDER",
     "TOOL_POINT",
     "TRUTH",
+    "BuiltCard",
+    "CardBuilder",
     "ReportImages",
     "annotate",
     "answer_kind",
+    "build_card",
     "focus_region",
     "render_report",
     "tool_geometry_picture",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+from dataclasses import dataclass
 
 from PIL import Image
 
@@ -31,33 +32,47 @@ def webp_data_url(image: Image.Image, quality: int = THUMBNAIL_QUALITY) -> str:
     return "data:image/webp;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _file_stem(name: str) -> str:
+def file_stem(name: str) -> str:
     """A file name from a sample id (``spatialsim_boppose/3`` -> ``spatialsim_boppose-3``)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "picture"
 
 
+@dataclass(frozen=True)
+class SideFile:
+    """A side file as it was kept: what it is named after, its suffix, its URL and its bytes."""
+
+    name: str
+    suffix: str
+    url: str
+    content: bytes
+
+
 class ReportImages:
-    """Encodes the page's pictures and collects the side files ``write_report`` writes."""
+    """Encodes the page's pictures and collects the side files ``write_report`` writes (by file name in
+    :attr:`files`, and in the order they were kept in :attr:`kept`)."""
 
     def __init__(self, side_files: bool = True) -> None:
         self.side_files = side_files
         self.files: dict[str, bytes] = {}
+        self.kept: list[SideFile] = []
 
-    def _keep(self, name: str, suffix: str, content: bytes) -> str:
+    def keep(self, name: str, suffix: str, content: bytes) -> str:
         """Keep ``content`` as a side file named after ``name``; its URL relative to the page."""
-        stem, number = _file_stem(name), 1
+        stem, number = file_stem(name), 1
         file_name = f"{stem}{suffix}"
         while file_name in self.files:  # two ids that differ only in characters a file name drops
             number += 1
             file_name = f"{stem}-{number}{suffix}"
         self.files[file_name] = content
-        return f"{SIDE_FOLDER}/{file_name}"
+        url = f"{SIDE_FOLDER}/{file_name}"
+        self.kept.append(SideFile(name, suffix, url, content))
+        return url
 
     def side_file(self, name: str, image: Image.Image) -> str:
         """Keep ``image`` as a full-size JPEG side file named after ``name``; its URL relative to the page."""
         buffer = io.BytesIO()
         image.convert("RGB").save(buffer, format="JPEG", quality=FULL_QUALITY)
-        return self._keep(name, ".jpg", buffer.getvalue())
+        return self.keep(name, ".jpg", buffer.getvalue())
 
     @staticmethod
     def thumbnail(image: Image.Image) -> str:
@@ -76,5 +91,5 @@ class ReportImages:
             return data_url, None
         suffix = ".png" if picture.format == "PNG" else ".jpg"
         picture.thumbnail((TOOL_THUMBNAIL_WIDTH, TOOL_THUMBNAIL_WIDTH))
-        link = self._keep(name, suffix, stored) if self.side_files else None
+        link = self.keep(name, suffix, stored) if self.side_files else None
         return webp_data_url(picture), link

@@ -31,7 +31,6 @@ import signal
 import struct
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from spacetools.kit.definition import (
@@ -44,6 +43,7 @@ from spacetools.kit.definition import (
     releases_sessions,
     sanitize_error_text,
 )
+from spacetools.kit.mainscript import main_script_hidden
 from spacetools.toolshed.backends.base import InstanceCrashed, SetupFailed
 from spacetools.toolshed.backends.context import ContextReceiver, ContextSender
 from spacetools.toolshed.deployment import resolve_tool_class
@@ -58,7 +58,7 @@ _preload: list[str] = [__name__]
 #: The method name of a session release sent to a worker (no tool method starts with "__").
 _RELEASE_SESSION = "__release_session__"
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
-#: One worker starts at a time while the main script is hidden (see `_main_script_hidden`).
+#: One worker starts at a time while the main script is hidden (see `main_script_hidden`).
 _START_LOCK = threading.Lock()
 _GUARD_HINT = (
     "; a worker re-runs the main script when a tool is defined in it: put the script's work under "
@@ -93,30 +93,6 @@ def _preload_tool_module(tool: type[Tool] | str) -> None:
     context = worker_context()
     if isinstance(context, multiprocessing.context.ForkServerContext):
         context.set_forkserver_preload(list(_preload))
-
-
-@contextlib.contextmanager
-def _main_script_hidden(tool: type[Tool] | str) -> Iterator[None]:
-    """Start a worker without running the user's main script again in it.
-
-    A spawned or forkserver worker imports ``__main__`` again (as ``__mp_main__``) before it takes its
-    target, so a script without an ``if __name__ == "__main__":`` guard would run all its work again in
-    every worker (and fail there). The worker needs nothing of ``__main__``: its target lives here and
-    its tool is found by module. So the main module's file and spec are hidden while the worker starts,
-    unless the tool class itself is defined in ``__main__``.
-    """
-    main = sys.modules.get("__main__")
-    if main is None or _module_of(tool) == "__main__":
-        yield
-        return
-    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
-    main.__dict__.pop("__file__", None)
-    main.__spec__ = None  # multiprocessing reads it directly: None, not absent
-    try:
-        yield
-    finally:
-        main.__dict__.pop("__spec__", None)
-        main.__dict__.update(saved)
 
 
 class _WorkerExited(Exception):
@@ -263,7 +239,9 @@ class ProcessInstance:
         self.alive = self._reading  # unless it died or was killed meanwhile
 
     def _start_process(self, process: multiprocessing.process.BaseProcess) -> None:
-        with _START_LOCK, _main_script_hidden(self._tool_ref):
+        # The worker finds its tool by module; one defined in the main script needs that script.
+        in_main = _module_of(self._tool_ref) == "__main__"
+        with _START_LOCK, contextlib.nullcontext() if in_main else main_script_hidden():
             process.start()
 
     async def invoke(self, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
