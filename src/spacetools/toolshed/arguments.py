@@ -9,7 +9,6 @@ so the Toolshed runs them off the event loop unless they are small (`is_small`).
 
 from __future__ import annotations
 
-import _json
 import hashlib
 import json
 from collections.abc import Mapping
@@ -140,7 +139,7 @@ def resolve_and_validate(
     from which its seed is drawn (the arguments as the model wrote them, so that seeds do not depend
     on variable contents)."""
     kwargs = method.validate(resolve_references(raw, values.__getitem__) if values else raw)
-    return kwargs, "".join(_IDENTITY([*identity_head, raw], 0))
+    return kwargs, _IDENTITY.encode([*identity_head, raw])
 
 
 def call_seed(state: SessionState, identity: str) -> int:
@@ -164,10 +163,7 @@ def _digest(value: Any) -> str:
     return repr(value)
 
 
-#: Writes a call's identity: what `json.dumps(value, sort_keys=True, separators=(",", ":"),
-#: default=_digest)` writes, by the C encoder that `json` itself uses, made once (`json.dumps` makes one
-#: per call, which costs more than the call's other argument steps together). No circular check: the
-#: arguments passed `read_arguments`, whose depth limit stops a cycle first.
-_IDENTITY = _json.make_encoder(
-    None, _digest, _json.encode_basestring_ascii, None, ":", ",", True, False, True
-)
+#: Writes a call's identity (what `json.dumps` with these options writes, without building an encoder
+#: object per call). The public encoder, not `_json.make_encoder`: the private one saved ~60 bytecodes a
+#: call (3% of the in-process path) at the price of a CPython-internal signature.
+_IDENTITY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_digest)
