@@ -260,3 +260,18 @@ def test_every_family_is_a_registered_benchmark() -> None:
         key for key, entry in BENCHMARKS.items() if entry.spatialsim
     ]
     assert FAMILIES["cvb3ddepth"].benchmark == "CV-Bench"
+
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+
+def test_generation_workers_run_one_blas_thread_each() -> None:
+    """The workers take a core each; BLAS threads of their own would only compete with the other worker."""
+    from spacetools.bench.spatialsim.generator import worker_pool
+
+    with worker_pool(1) as pool:
+        threads = pool.submit(_blas_threads).result()
+    assert threads and set(threads) == {1}  # numpy's OpenBLAS and scipy's, each capped

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from spacetools.bench.dataset import Sample, write_parquet
 from spacetools.bench.spatialsim import bopask, choice, refspatial, robospatial
@@ -191,6 +192,20 @@ def _generate_job(job: tuple[int, str, int, int]) -> list[Sample]:
     return samples
 
 
+def _one_blas_thread() -> None:
+    """Pool initializer: the workers already take a core each, and BLAS threads of their own (numpy's
+    OpenBLAS spins while it waits for work) would only take CPU from the other worker."""
+    threadpool_limits(1)
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """The generation workers, each with one BLAS thread. Forked: they start at once and callers need no
+    `if __name__ == "__main__"` guard; each opens its own pybullet client, so nothing live is shared."""
+    return ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("fork"), initializer=_one_blas_thread
+    )
+
+
 def default_workers() -> int:
     """Two processes at most: generation is CPU-bound and the project targets a 2-core laptop."""
     return max(1, min(2, os.cpu_count() or 1))
@@ -218,9 +233,7 @@ def generate(
             if on_questions is not None:
                 on_questions(len(groups[-1]))
     else:
-        # fork: workers start at once and callers need no `if __name__ == "__main__"` guard; each worker
-        # opens its own pybullet client, so nothing live is shared with the parent.
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        with worker_pool(workers) as pool:
             groups = []
             for group_samples in pool.map(_generate_job, jobs):  # in job order, each as it is done
                 groups.append(group_samples)
