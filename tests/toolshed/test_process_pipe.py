@@ -1,13 +1,19 @@
-"""The worker pipe's framing: messages whole whatever the reads return, back to back or in pieces."""
+"""The worker pipe's framing (messages whole whatever the reads return, back to back or in pieces) and the
+worker's BLAS threads."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from threadpoolctl import threadpool_info
 
+from spacetools.kit.definition import Tool, ToolResult, tool_method
+from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.backends.process import _MessageReader, _write_message
 
 
@@ -54,3 +60,28 @@ def test_the_other_end_closing_reads_as_end_of_file() -> None:
     with pytest.raises(EOFError):
         reader.read()
     os.close(read_fd)
+
+
+class BlasThreadsTool(Tool):
+    """Reports the BLAS threads of the process it runs in."""
+
+    name = "blas"
+
+    @tool_method
+    def threads(self) -> ToolResult:
+        """The thread count of each BLAS library loaded here."""
+        counts = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+        return ToolResult(text=str(counts), value=counts)
+
+
+@pytest.mark.parametrize(("num_cpus", "threads"), [(0.2, 1), (3.0, 3)])
+def test_a_worker_runs_as_many_blas_threads_as_its_cpu_share(num_cpus: float, threads: int) -> None:
+    """As Ray does for its actors: the pool's workers spread over the cores, so each keeps its own share."""
+
+    async def main() -> Any:
+        deployment = ToolDeployment(tool=BlasThreadsTool, backend="process", num_cpus=num_cpus)
+        async with Toolshed([deployment]) as shed:
+            return (await shed.open_session([]).call("blas.threads", {})).value
+
+    counts = asyncio.run(main())
+    assert counts and set(counts) == {threads}

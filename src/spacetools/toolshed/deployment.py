@@ -30,7 +30,11 @@ class ToolDeployment(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     # Ray backend: each instance is an actor holding this share of a node; a placement group (one
     # bundle per instance, up to max_instances) packs them on few nodes or spreads them over many.
-    num_cpus: float = Field(default=1.0, ge=0, description="CPUs reserved per Ray actor.")
+    num_cpus: float = Field(
+        default=1.0,
+        ge=0,
+        description="CPUs per instance: reserved per Ray actor; a worker process's BLAS threads (at least 1).",
+    )
     num_gpus: float = Field(default=0.0, ge=0, description="GPUs (or a fraction of one) per Ray actor.")
     placement: Literal["pack", "spread"] | None = Field(
         default=None, description="Ray placement group strategy."

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from spacetools.agent.protocol import truncate_middle
 from spacetools.agent.types import assistant_text
 from spacetools.bench.dataset import Sample
@@ -261,8 +263,10 @@ def _build_and_save(folder: Path, row: dict[str, Any], sample: Sample | None) ->
 
 
 def _worker_started() -> None:
-    """A card worker dies with the evaluation (Linux), and leaves Ctrl-C to it."""
+    """A card worker dies with the evaluation (Linux), leaves Ctrl-C to it and runs one BLAS thread (the
+    workers already spread over the cores)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threadpool_limits(1, user_api="blas")
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() == 1:  # the evaluation died before the signal was asked for

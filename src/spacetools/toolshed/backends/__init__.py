@@ -34,6 +34,11 @@ def instance_factory(deployment: ToolDeployment, name: str) -> Callable[[], Inst
     """Makes the instances of one deployment (Ray instances also get its resources and placement)."""
     if deployment.backend == "ray":
         return ray_factory(deployment, name)
+    if deployment.backend == "process":
+        # As Ray does for its actors (OMP_NUM_THREADS): a worker's BLAS threads fit its CPU share, since
+        # the pool's processes already spread over the cores.
+        blas_threads = max(1, int(deployment.num_cpus))
+        return lambda: ProcessInstance(deployment.tool, deployment.config, name, blas_threads=blas_threads)
     make = BACKENDS[deployment.backend]
     return lambda: make(deployment.tool, deployment.config, name)
 

@@ -33,6 +33,8 @@ import sys
 import threading
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from spacetools.kit.definition import (
     Tool,
     ToolContext,
@@ -177,9 +179,15 @@ class ProcessInstance:
     """A tool instance living in its own worker process."""
 
     def __init__(
-        self, tool: type[Tool] | str, config: dict[str, Any], name: str, start_timeout_s: float = 600.0
+        self,
+        tool: type[Tool] | str,
+        config: dict[str, Any],
+        name: str,
+        start_timeout_s: float = 600.0,
+        blas_threads: int | None = None,
     ) -> None:
         self._tool_ref = tool
+        self._blas_threads = blas_threads
         _preload_tool_module(tool)
         self._config = dict(config)
         self._name = name
@@ -208,7 +216,13 @@ class ProcessInstance:
         parent_conn, child_conn = context.Pipe(duplex=True)
         self._process = context.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child_conn, self._tool_ref, self._config, multiprocessing.util.get_temp_dir()),
+            args=(
+                child_conn,
+                self._tool_ref,
+                self._config,
+                multiprocessing.util.get_temp_dir(),
+                self._blas_threads,
+            ),
             name=f"toolshed-{self._name}",
             daemon=True,
         )
@@ -354,9 +368,12 @@ def _worker_main(
     tool_ref: type[Tool] | str,
     config: dict[str, Any],
     server_temp_dir: str | None = None,
+    blas_threads: int | None = None,
 ) -> None:
     """The worker's loop: build the tool, then answer calls until the pipe closes."""
     die_with_parent(server_temp_dir)
+    if blas_threads is not None:
+        threadpool_limits(blas_threads, user_api="blas")
     if server_temp_dir is not None:
         # The server's temporary folder is the worker's too (`multiprocessing.util.get_temp_dir`): files
         # that tools share there (the simulated tools' renders) live as long as the server.
