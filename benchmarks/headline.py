@@ -59,12 +59,20 @@ def _scaleout_rows(report: dict[str, Any]) -> list[Row]:
     original = f"original Toolshed {ORIGINAL_CALL_US / 1000:g} ms (paper)"
     rows = [
         Row(
-            "Toolshed call, in process (no-op tool)",
-            _us(us["inprocess"]),
+            "Toolshed call, in process, async method (runs on the server's loop)",
+            _us(us["inprocess_async"]),
             "≤ 50 µs",
             original,
-            f"{us['inprocess'] / ORIGINAL_CALL_US:.4f}",
-            us["inprocess"] <= 50,
+            f"{us['inprocess_async'] / ORIGINAL_CALL_US:.4f}",
+            us["inprocess_async"] <= 50,
+        ),
+        Row(
+            "Toolshed call, in process, sync method (its instance's thread)",
+            _us(us["inprocess"]),
+            "–",
+            f"bare thread round trip {_us(us['bare_thread_round_trip'])}",
+            f"{overhead['inprocess_over_bare_thread']:.2f}×",
+            None,
         ),
         Row(
             "Toolshed call, worker process",

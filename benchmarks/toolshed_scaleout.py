@@ -2,9 +2,11 @@
 
 Run: `RAY_AUTH_MODE=disabled python benchmarks/toolshed_scaleout.py --json` (one JSON object on stdout).
 (a) overhead per call of a no-op tool, one caller, in rounds that alternate so that every figure sees
-    the same load: the Toolshed in-process, in a worker process and on Ray against a bare Ray actor
-    call (with no argument, and with one like the Toolshed's), and the Toolshed's HTTP endpoint against a bare FastAPI echo endpoint (both servers on
-    127.0.0.1 in processes of their own, as `spacetools serve` runs); medians over the rounds;
+    the same load: the Toolshed in-process (an async method on the event loop, and a plain one on the
+    instance's thread against a bare thread round trip), in a worker process and on Ray against a bare
+    Ray actor call (with no argument, and with one like the Toolshed's), and the Toolshed's HTTP
+    endpoint against a bare FastAPI echo endpoint (both servers on 127.0.0.1 in processes of their own,
+    as `spacetools serve` runs); medians over the rounds;
 (b) the paper's scenario: 8 concurrent calls to a 1 s pointing tool on 1 instance against 3 instances,
     on each backend (the paper: 8.5 s on one HTTP instance, 2.7 s on three);
 (c) throughput of a tiny transformers model tool under 16 callers, batches of 8 against unbatched;
@@ -20,7 +22,9 @@ import contextlib
 import functools
 import json
 import os
+import queue
 import statistics
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
@@ -89,6 +93,26 @@ async def _per_call_us(call: Callable[[], Awaitable[Any]], calls: int) -> float:
     return (time.perf_counter() - started) / calls * 1e6
 
 
+def _bare_thread_round_trip() -> tuple[Callable[[], Awaitable[None]], Callable[[], None]]:
+    """The floor of a call on an instance's thread: a future put on a queue that a daemon thread serves,
+    settled from there with `call_soon_threadsafe`, awaited. Returns the call and how to stop the thread."""
+    loop = asyncio.get_running_loop()
+    requests: queue.SimpleQueue[asyncio.Future[None] | None] = queue.SimpleQueue()
+
+    def serve() -> None:
+        while (future := requests.get()) is not None:
+            loop.call_soon_threadsafe(future.set_result, None)
+
+    threading.Thread(target=serve, name="bare-thread", daemon=True).start()
+
+    async def call() -> None:
+        future: asyncio.Future[None] = loop.create_future()
+        requests.put(future)
+        await future
+
+    return call, functools.partial(requests.put, None)
+
+
 async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
     """Median µs per no-op call of each path; the paths take turns within every round."""
     import httpx
@@ -113,6 +137,9 @@ async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
                 backend: functools.partial(shed.open_session([]).call, "sleep.noop")
                 for backend, shed in zip(BACKENDS, sheds, strict=True)
             }
+            # An async method runs on the event loop; a plain one (above) on the instance's thread.
+            paths["inprocess_async"] = functools.partial(sheds[0].open_session([]).call, "sleep.noop_async")
+            paths["bare_thread_round_trip"], stop_thread = _bare_thread_round_trip()
             paths["bare_ray_actor"] = lambda: actor.noop.remote()
             # The floor of a call that carries its arguments: the same no-op with one argument as big
             # as the Toolshed's (a call number, the method, the arguments, the context: session id,
@@ -127,6 +154,7 @@ async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
             for _ in range(rounds):
                 for name, path in paths.items():
                     samples[name].append(await _per_call_us(path, calls))
+            stop_thread()
         ray.kill(actor)
         for shed in sheds:
             await shed.close()
@@ -143,6 +171,9 @@ async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
         "rounds": rounds,
         "calls_per_round": calls,
         "per_call_us": {name: round(statistics.median(values), 1) for name, values in samples.items()},
+        "inprocess_over_bare_thread": round(
+            statistics.median(per_round("inprocess", "bare_thread_round_trip")), 3
+        ),
         "ray_over_bare_actor": round(statistics.median(ray_rounds), 3),
         "ray_over_bare_actor_per_round": ray_rounds,
         "ray_over_bare_actor_one_argument": round(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
+import threading
 from typing import Annotated, Literal
 
 import numpy as np
@@ -18,6 +20,7 @@ from spacetools.kit.definition import (
     Variable,
     hermes_tools_block,
     invoke_tool_method,
+    invoke_tool_method_async,
     sanitize_error_text,
     tool_method,
     tool_methods,
@@ -295,3 +298,161 @@ class UndescribableTool(Tool):
 def test_an_argument_type_without_a_json_schema_is_a_definition_mistake() -> None:
     with pytest.raises(TypeError, match=r"opaque\.run\(thing\): cannot describe .*Opaque"):
         tool_specs(UndescribableTool)
+
+
+class AsyncTool(Tool):
+    """Async and plain methods side by side; each call records the thread it ran on."""
+
+    name = "aio"
+
+    def setup(self) -> None:
+        self.threads: list[int] = []
+
+    @tool_method
+    async def double(self, x: int, *, ctx: ToolContext) -> ToolResult:
+        """Double a number after yielding to the event loop.
+
+        Args:
+            x: The number.
+        """
+        await asyncio.sleep(0)
+        self.threads.append(threading.get_ident())
+        return ToolResult(text=str(2 * x), value=ctx.session_id)
+
+    @tool_method
+    async def text(self) -> str:
+        """Answer a plain text."""
+        return "plain"
+
+    @tool_method
+    async def fail(self, message: str) -> ToolResult:
+        """Raise a ToolError after yielding to the event loop.
+
+        Args:
+            message: The error message.
+        """
+        await asyncio.sleep(0)
+        raise ToolError(message)
+
+    @tool_method
+    async def wrong_type(self) -> ToolResult:
+        """Return a number instead of a result."""
+        return 3  # type: ignore[return-value]
+
+    @tool_method
+    async def wait(self, seconds: float) -> ToolResult:
+        """Sleep on the event loop.
+
+        Args:
+            seconds: How long.
+        """
+        await asyncio.sleep(seconds)
+        return ToolResult(text="woke")
+
+    @tool_method
+    async def cancel_itself(self) -> ToolResult:
+        """Cancel its own task."""
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(1)
+        return ToolResult(text="not cancelled")
+
+    @tool_method
+    def plain(self) -> ToolResult:
+        """A plain method, for the async entry point."""
+        self.threads.append(threading.get_ident())
+        return ToolResult(text="sync")
+
+
+def _async_tool() -> AsyncTool:
+    tool = AsyncTool()
+    tool.setup()
+    return tool
+
+
+def test_async_methods_are_marked_and_described_like_plain_ones() -> None:
+    methods = tool_methods(AsyncTool)
+    assert {name for name, method in methods.items() if method.is_async} == {
+        "aio.double",
+        "aio.text",
+        "aio.fail",
+        "aio.wrong_type",
+        "aio.wait",
+        "aio.cancel_itself",
+    }
+    assert not methods["aio.plain"].is_async and not tool_methods(EchoTool)["echo.echo"].is_async
+    assert methods["aio.double"].spec.parameters["required"] == ["x"] and methods["aio.double"].wants_context
+
+
+def test_the_sync_entry_point_runs_async_methods_to_completion_with_the_same_results() -> None:
+    tool = _async_tool()
+    ctx = _ctx()
+    assert invoke_tool_method(tool, "aio.double", {"x": 4}, ctx) == ToolResult(text="8", value="s")
+    assert invoke_tool_method(tool, "aio.text", {}, ctx) == ToolResult(text="plain")
+    assert invoke_tool_method(tool, "aio.fail", {"message": "no luck"}, ctx) == ToolResult(
+        text="Error: no luck", is_error=True
+    )
+    assert invoke_tool_method(tool, "aio.wrong_type", {}, ctx).text == (
+        "Error: TypeError: aio.wrong_type returned int, expected ToolResult or str"
+    )
+    # A tool that cancels its own call gets an error result: nobody else cancels a call run this way.
+    assert invoke_tool_method(tool, "aio.cancel_itself", {}, ctx).text == (
+        "Error: RuntimeError: aio.cancel_itself was cancelled"
+    )
+    # From other threads too (a worker's, an actor's): each runs them on a loop of its own.
+    outcomes: list[ToolResult] = []
+    worker = threading.Thread(
+        target=lambda: outcomes.append(invoke_tool_method(tool, "aio.double", {"x": 1}, ctx))
+    )
+    worker.start()
+    worker.join()
+    assert outcomes == [ToolResult(text="2", value="s")]
+    assert tool.threads == [threading.get_ident(), worker.ident]
+
+
+def test_the_async_entry_point_awaits_async_methods_and_calls_plain_ones_on_the_loop() -> None:
+    tool = _async_tool()
+    ctx = _ctx()
+
+    async def scenario() -> list[ToolResult]:
+        return [
+            await invoke_tool_method_async(tool, "aio.double", {"x": 5}, ctx),
+            await invoke_tool_method_async(tool, "aio.plain", {}, ctx),
+            await invoke_tool_method_async(tool, "aio.text", {}, ctx),
+            await invoke_tool_method_async(tool, "aio.fail", {"message": "nope"}, ctx),
+            await invoke_tool_method_async(tool, "aio.wrong_type", {}, ctx),
+            await invoke_tool_method_async(tool, "aio.missing", {}, ctx),
+            await invoke_tool_method_async(tool, "__batch__", {}, ctx),
+            # The sync entry point cannot run an async method on a thread that runs a loop: it says so.
+            invoke_tool_method(tool, "aio.double", {"x": 1}, ctx),
+        ]
+
+    results = asyncio.run(scenario())
+    assert [result.text for result in results] == [
+        "10",
+        "sync",
+        "plain",
+        "Error: nope",
+        "Error: TypeError: aio.wrong_type returned int, expected ToolResult or str",
+        "Error: KeyError: 'aio.missing'",
+        "Error: ValueError: a batch of calls runs through invoke_tool_method, off the event loop",
+        "Error: RuntimeError: aio.double is async and this thread runs an event loop: await "
+        "invoke_tool_method_async",
+    ]
+    assert tool.threads == [threading.get_ident()] * 2  # both on the loop's thread
+
+
+def test_a_cancelled_async_call_propagates_the_cancellation() -> None:
+    tool = _async_tool()
+
+    async def scenario() -> None:
+        call = asyncio.ensure_future(invoke_tool_method_async(tool, "aio.wait", {"seconds": 30}, _ctx()))
+        await asyncio.sleep(0.01)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(invoke_tool_method_async(tool, "aio.wait", {"seconds": 30}, _ctx()), 0.01)
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -199,6 +199,26 @@ def test_a_hanging_call_times_out_and_its_instance_is_replaced(
     assert _run(loop, session.call("fault.echo", {"text": "alive"})).text == "alive"
 
 
+def test_async_methods_run_on_every_backend(loop: asyncio.AbstractEventLoop, shed: Toolshed) -> None:
+    session = shed.open_session([])
+
+    async def scenario() -> list[str]:
+        results = await session.call_many(
+            [
+                ("sleep.noop_async", {}),
+                ("sleep.sleep_async", {"seconds": 0.01}),
+                ("sleep.sleep_async", {"seconds": -1}),
+            ]
+        )
+        return [result.text for result in results]
+
+    assert _run(loop, scenario()) == [
+        "ok",
+        "slept 0.01 s",
+        "Error: seconds must be between 0 and 60 (got -1.0)",
+    ]
+
+
 def test_variables_stay_on_the_server_side_and_respect_the_session_limit(
     loop: asyncio.AbstractEventLoop, shed: Toolshed, backend: str
 ) -> None:

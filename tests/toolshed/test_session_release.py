@@ -58,6 +58,30 @@ class BrokenLedgerTool(LedgerTool):
         raise RuntimeError("cannot release")
 
 
+class AsyncLedgerTool(LedgerTool):
+    """The ledger with async methods: on the in-process backend they run on the event loop, and so do
+    its releases, after the call in progress."""
+
+    name = "async_ledger"
+
+    @tool_method
+    async def note_slowly(self, text: str, seconds: float, *, ctx: ToolContext) -> ToolResult:
+        """Keep a note for this session, wait, then answer the sessions this instance holds notes for.
+
+        Args:
+            text: The note.
+            seconds: How long to wait after taking the note.
+        """
+        self.notes[ctx.session_id] = text
+        await asyncio.sleep(seconds)
+        return ToolResult(text=text, value=sorted(self.notes))
+
+    @tool_method
+    async def held(self) -> ToolResult:
+        """The sessions this instance holds notes for."""
+        return ToolResult(text=str(len(self.notes)), value=sorted(self.notes))
+
+
 class WorldCountingRobot(RobotTool):
     """The robot tool, telling how many simulated worlds its instance holds."""
 
@@ -93,6 +117,41 @@ def test_a_released_session_is_freed_on_every_instance(backend: str) -> None:
             third = shed.open_session([IMAGE])
             held = await asyncio.gather(*(third.call("ledger.sessions") for _ in range(4)))
             assert all(result.value == [] for result in held)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("backend", ["inprocess", "process"])
+def test_a_tool_with_async_methods_frees_released_sessions_on_every_instance(backend: str) -> None:
+    async def scenario() -> None:
+        async with Toolshed([ToolDeployment(tool=AsyncLedgerTool, backend=backend, instances=2)]) as shed:
+            first, second = shed.open_session([IMAGE]), shed.open_session([IMAGE])
+            await asyncio.gather(
+                first.call("async_ledger.note_slowly", {"text": "a", "seconds": 0.05}),
+                second.call("async_ledger.note", {"text": "b"}),  # a plain method, on the thread
+            )
+            first.close()
+            held = await asyncio.gather(*(second.call("async_ledger.held") for _ in range(4)))
+            assert all(first.id not in result.value for result in held)
+            assert any(second.id in result.value for result in held)
+            second.close()
+            held = await asyncio.gather(*(shed.open_session([]).call("async_ledger.held") for _ in range(4)))
+            assert all(result.value == [] for result in held)
+
+    asyncio.run(scenario())
+
+
+def test_a_release_during_an_async_call_waits_for_the_call_to_end() -> None:
+    async def scenario() -> None:
+        async with Toolshed([ToolDeployment(tool=AsyncLedgerTool, backend="inprocess")]) as shed:
+            session = shed.open_session([IMAGE])
+            call = asyncio.ensure_future(
+                session.call("async_ledger.note_slowly", {"text": "a", "seconds": 0.2})
+            )
+            await asyncio.sleep(0.05)  # the call has taken its note and waits on the event loop
+            session.close()
+            assert (await call).value == [session.id]  # the release did not cut into the call
+            assert (await shed.open_session([]).call("async_ledger.held")).value == []
 
     asyncio.run(scenario())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -223,5 +224,81 @@ def test_tool_pictures_are_kept_by_the_session_and_calls_get_only_their_images()
             assert second.text == "sent [2] of 3" and second.image_indices == [3]
             assert len(session.images) == 4 and session.attachments == [{"note": "a"}, {}, {}, {}]
             np.testing.assert_array_equal(session.images[3], IMAGE[::-1])
+
+    run(scenario())
+
+
+class LoopTool(Tool):
+    """Async methods beside a plain one; each call tells the thread it ran on."""
+
+    name = "loop"
+
+    @tool_method
+    async def where(self) -> ToolResult:
+        """The thread this async method runs on."""
+        await asyncio.sleep(0)
+        return ToolResult(text="async", value=threading.get_ident())
+
+    @tool_method
+    def where_sync(self) -> ToolResult:
+        """The thread this plain method runs on."""
+        return ToolResult(text="sync", value=threading.get_ident())
+
+    @tool_method
+    async def fail(self, message: str) -> ToolResult:
+        """Raise a RuntimeError.
+
+        Args:
+            message: The exception message.
+        """
+        await asyncio.sleep(0)
+        raise RuntimeError(message)
+
+    @tool_method
+    async def wrong_type(self) -> ToolResult:
+        """Return a list instead of a result."""
+        return []  # type: ignore[return-value]
+
+
+def test_async_methods_run_on_the_event_loop_and_plain_ones_on_the_instance_thread() -> None:
+    async def scenario() -> None:
+        async with Toolshed([ToolDeployment(tool=LoopTool, backend="inprocess")]) as shed:
+            session = shed.open_session([])
+            on_loop, on_thread = await session.call_many([("loop.where", {}), ("loop.where_sync", {})])
+            assert on_loop.text == "async" and on_loop.value == threading.get_ident()
+            assert on_thread.text == "sync" and on_thread.value not in (None, threading.get_ident())
+
+    run(scenario())
+
+
+def test_async_errors_and_wrong_results_are_error_results_and_the_instance_stays() -> None:
+    async def scenario() -> None:
+        async with Toolshed([ToolDeployment(tool=LoopTool, backend="inprocess")]) as shed:
+            session = shed.open_session([])
+            failed = await session.call("loop.fail", {"message": "boom in /srv/tools/x.py"})
+            assert failed.is_error and failed.text == "Error: RuntimeError: boom in x.py"
+            wrong = await session.call("loop.wrong_type")
+            assert wrong.is_error
+            assert wrong.text == "Error: TypeError: loop.wrong_type returned list, expected ToolResult or str"
+            assert not (await session.call("loop.where")).is_error
+            stats = shed.stats()["tools"]["loop"]
+            assert stats["errors"] == 2 and stats["restarts"] == 0 and stats["crashes"] == 0
+
+    run(scenario())
+
+
+def test_an_async_call_past_its_timeout_is_cancelled_and_its_instance_replaced() -> None:
+    async def scenario() -> None:
+        deployment = ToolDeployment(tool=SleepTool, backend="inprocess", timeout_s=0.3)
+        async with Toolshed([deployment]) as shed:
+            session = shed.open_session([])
+            started = time.perf_counter()
+            result = await session.call("sleep.sleep_async", {"seconds": 30})
+            assert time.perf_counter() - started < 5
+            assert result.text == "Error: TimeoutError: sleep.sleep_async did not finish within 0.3 s"
+            assert (await session.call("sleep.noop_async")).text == "ok"  # on the new instance
+            assert (await session.call("sleep.noop")).text == "ok"
+            stats = shed.stats()["tools"]["sleep"]
+            assert stats["timeouts"] == 1 and stats["restarts"] == 1 and stats["errors"] == 1
 
     run(scenario())

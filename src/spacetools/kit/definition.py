@@ -6,17 +6,24 @@ its Google-style docstring (`kit.arguments`): it validates every call, and pydan
 the JSON schema the model sees. A method may also declare which keys of its result's `value` are
 geometry (`@tool_method(geometry={"points": "points"})`), so that code such as the evaluation report
 draws them without knowing the tool.
+
+A tool method may be an `async def` coroutine function: the Toolshed's in-process backend awaits it on
+the server's event loop (`invoke_tool_method_async`, no thread hop; it must not block), and the contexts
+that have no event loop (a worker process, a Ray actor, an instance's thread, a batch) run it to
+completion on a loop of their thread (`invoke_tool_method`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 import json
 import logging
 import re
+import threading
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, overload
 
@@ -48,6 +55,7 @@ __all__ = [
     "error_result",
     "hermes_tools_block",
     "invoke_tool_method",
+    "invoke_tool_method_async",
     "release_tool_session",
     "releases_sessions",
     "sanitize_error_text",
@@ -299,7 +307,8 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class ToolMethod:
-    """One tool method: its public name, spec, argument validator and whether it takes `ctx`."""
+    """One tool method: its public name, spec, argument validator, whether it takes `ctx` and whether it
+    is a coroutine function (`is_async`: ``async def``)."""
 
     name: str
     attribute: str
@@ -308,6 +317,8 @@ class ToolMethod:
     wants_context: bool
     image_parameters: tuple[str, ...] = ()
     """Arguments that name a conversation image (``image_index``, ``*_image_index``)."""
+    is_async: bool = False
+    """An ``async def`` method: awaited on an event loop (`invoke_tool_method_async`)."""
 
     def referenced_images(self, kwargs: Mapping[str, Any]) -> list[int]:
         """The image indices a validated call refers to (the only images sent with it)."""
@@ -379,22 +390,99 @@ def releases_sessions(tool_cls: type[Tool]) -> bool:
 
 
 def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    """Run one tool method on an instance; every exception becomes an error result."""
+    """Run one tool method on an instance; every exception becomes an error result.
+
+    For the contexts without an event loop (a worker, an actor, a thread): an ``async def`` method runs
+    to completion on an event loop kept by the calling thread. A batch (`BATCH_CALL`) runs here too.
+    """
     if method == BATCH_CALL:
         from spacetools.kit.batching import invoke_batch  # builds on this module
 
         return invoke_batch(tool, **kwargs)
     try:
         spec = tool_methods(type(tool))[method]
-        bound = getattr(tool, spec.attribute)
-        output = bound(**kwargs, ctx=ctx) if spec.wants_context else bound(**kwargs)
-        if isinstance(output, str):
-            return ToolResult(text=output)
-        if not isinstance(output, ToolResult):
-            raise TypeError(f"{method} returned {type(output).__name__}, expected ToolResult or str")
-        return output
+        if spec.is_async:
+            return _as_result(method, _run_to_completion(method, _start(tool, spec, kwargs, ctx)))
+        return _as_result(method, _start(tool, spec, kwargs, ctx))
     except Exception as exc:
         return error_result(exc)
+
+
+async def invoke_tool_method_async(
+    tool: Tool, method: str, kwargs: dict[str, Any], ctx: ToolContext
+) -> ToolResult:
+    """Run one tool method on the running event loop: await an ``async def`` method, call a plain one.
+
+    Every exception becomes an error result, as in `invoke_tool_method`; a cancellation (the caller's
+    timeout) propagates. A batch is not run here: it goes through `invoke_tool_method`, on a thread.
+    """
+    try:
+        if method == BATCH_CALL:
+            raise ValueError("a batch of calls runs through invoke_tool_method, off the event loop")
+        spec = tool_methods(type(tool))[method]
+        output = _start(tool, spec, kwargs, ctx)
+        return _as_result(method, await output if spec.is_async else output)
+    except Exception as exc:
+        return error_result(exc)
+
+
+def _start(tool: Tool, spec: ToolMethod, kwargs: dict[str, Any], ctx: ToolContext) -> Any:
+    """Call the tool method: its output, or the coroutine of an ``async def`` method."""
+    bound = getattr(tool, spec.attribute)
+    return bound(**kwargs, ctx=ctx) if spec.wants_context else bound(**kwargs)
+
+
+def _as_result(method: str, output: Any) -> ToolResult:
+    """A tool method's output as a result: a text becomes one; anything else is a `TypeError`."""
+    if isinstance(output, str):
+        return ToolResult(text=output)
+    if not isinstance(output, ToolResult):
+        raise TypeError(f"{method} returned {type(output).__name__}, expected ToolResult or str")
+    return output
+
+
+class _LoopOfThread:
+    """The event loop on which one thread runs ``async def`` tool methods to completion, made on its
+    first such call and kept (a new loop per call, as `asyncio.run` makes, costs several times a call)."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self) -> None:
+        # Dropped with its thread's locals as the thread ends: close the loop's file descriptors.
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+_thread_locals = threading.local()
+
+
+def _run_to_completion(method: str, coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run an ``async def`` tool method's coroutine on the calling thread's loop; its output."""
+    if _loop_running():
+        coroutine.close()
+        raise RuntimeError(
+            f"{method} is async and this thread runs an event loop: await invoke_tool_method_async"
+        )
+    holder: _LoopOfThread | None = getattr(_thread_locals, "loop", None)
+    if holder is None or holder.loop.is_closed():
+        holder = _thread_locals.loop = _LoopOfThread()
+    try:
+        return holder.loop.run_until_complete(coroutine)
+    except asyncio.CancelledError:
+        # Nobody outside cancels a call run to completion: the tool cancelled itself.
+        raise RuntimeError(f"{method} was cancelled") from None
+
+
+def _loop_running() -> bool:
+    """Whether the calling thread is running an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def error_result(exc: BaseException) -> ToolResult:
@@ -457,4 +545,6 @@ def _build_tool_method(name: str, attribute: str, fn: Callable[..., Any]) -> Too
         param for param in arguments if param == "image_index" or param.endswith("_image_index")
     )
     spec = ToolSpec(name, description, parameters, dict(getattr(fn, _GEOMETRY_MARK, {})))
-    return ToolMethod(name, attribute, spec, model, wants_context, image_parameters)
+    return ToolMethod(
+        name, attribute, spec, model, wants_context, image_parameters, inspect.iscoroutinefunction(fn)
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import sys
@@ -53,7 +54,8 @@ class EchoTool(Tool):
 
 
 class SleepTool(Tool):
-    """A tool with a fixed latency, for throughput measurements."""
+    """A tool with a fixed latency, for throughput measurements: its plain methods run on an instance's
+    thread or worker, its async ones (`noop_async`, `sleep_async`) on the in-process server's event loop."""
 
     name = "sleep"
 
@@ -72,6 +74,23 @@ class SleepTool(Tool):
     @tool_method
     def noop(self) -> ToolResult:
         """Do nothing."""
+        return ToolResult(text="ok")
+
+    @tool_method
+    async def sleep_async(self, seconds: float) -> ToolResult:
+        """Sleep without blocking (an async method), then report how long.
+
+        Args:
+            seconds: How long to sleep, in seconds (0 to 60).
+        """
+        if not 0 <= seconds <= 60:
+            raise ToolError(f"seconds must be between 0 and 60 (got {seconds})")
+        await asyncio.sleep(seconds)
+        return ToolResult(text=f"slept {seconds:g} s")
+
+    @tool_method
+    async def noop_async(self) -> ToolResult:
+        """Do nothing (an async method)."""
         return ToolResult(text="ok")
 
     def batch_sleep(
