@@ -112,9 +112,7 @@ class InProcessInstance:
             if method in self._async_methods:
                 assert self._tool is not None, "start() comes first"
                 return await invoke_tool_method_async(self._tool, method, kwargs, ctx)
-            future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
-            self._requests.put((method, kwargs, ctx, future))
-            return await future
+            return await self._on_thread(method, kwargs, ctx)
         self._in_call = True
         if method in self._async_methods:
             assert self._tool is not None, "start() comes first"
