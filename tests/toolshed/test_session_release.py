@@ -148,7 +148,9 @@ def test_a_release_during_an_async_call_waits_for_the_call_to_end() -> None:
             call = asyncio.ensure_future(
                 session.call("async_ledger.note_slowly", {"text": "a", "seconds": 0.2})
             )
-            await asyncio.sleep(0.05)  # the call has taken its note and waits on the event loop
+            router = shed.router("async_ledger")
+            while router.snapshot()["busy"] == 0:  # running: it took its note and sleeps on the loop
+                await asyncio.sleep(0.001)
             session.close()
             assert (await call).value == [session.id]  # the release did not cut into the call
             assert (await shed.open_session([]).call("async_ledger.held")).value == []
