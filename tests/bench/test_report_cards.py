@@ -105,3 +105,44 @@ def test_a_card_worker_that_dies_costs_no_card(samples: dict[str, Sample], tmp_p
             builder.submit(row, by_id[row["id"]])
         cards = builder.finish(rows, by_id)
     assert sorted(cards) == sorted(str(row["id"]) for row in rows)
+
+
+def test_kept_pictures_are_files_beside_their_card_that_the_page_links(
+    samples: dict[str, Sample], tmp_path: Path
+) -> None:
+    rows, by_id = run_rows(samples, 3)
+    folder = tmp_path / CARDS_FOLDER
+    with CardBuilder(folder, workers=1) as builder:
+        cards = builder.finish(rows, by_id)
+    side_files = [side.content for built in cards.values() for side in built.files]
+    assert len(side_files) == 9 and all(
+        isinstance(side, Path) and side.parent == folder for side in side_files
+    )
+    records = [json.loads(path.read_bytes()) for path in folder.glob("*.json")]
+    assert all(
+        set(side) == {"name", "suffix", "url", "bytes"} for record in records for side in record["files"]
+    )
+
+    written_report(tmp_path, rows, by_id, cards)
+    linked = {path.stat().st_ino for path in (tmp_path / "report_files").iterdir()}
+    assert linked == {side.stat().st_ino for side in side_files}  # linked, not copied
+    assert all(side.stat().st_mode & 0o044 == 0o044 for side in side_files)  # readable by a web server
+
+
+def test_a_card_that_lost_a_picture_is_built_again_and_a_rebuilt_one_drops_its_old_pictures(
+    samples: dict[str, Sample], tmp_path: Path
+) -> None:
+    rows, by_id = run_rows(samples, 2)
+    folder = tmp_path / CARDS_FOLDER
+    with CardBuilder(folder, workers=1) as builder:
+        first = builder.finish(rows, by_id)
+    lost = first[str(rows[0]["id"])].files[0].content
+    assert isinstance(lost, Path)
+    lost.unlink()
+    stale = card_path(folder, str(rows[1]["id"])).with_suffix(".side7.jpg")
+    stale.write_bytes(b"a picture of a card kept before")
+    rows[1] = {**rows[1], "score": {"score": 0.0, "reason": "another run's row"}}
+    with CardBuilder(folder, workers=1) as builder:
+        again = builder.finish(rows, by_id)
+    assert lost.exists() and all(isinstance(side.content, Path) for side in again[str(rows[0]["id"])].files)
+    assert not stale.exists()

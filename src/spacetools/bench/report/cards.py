@@ -6,15 +6,15 @@ evaluation builds each card as its episode ends, in a small process pool beside 
 (:class:`CardBuilder`), and keeps it in the run folder's ``report_cards/``; the page then only stitches
 the kept cards (:func:`~spacetools.bench.report.page.write_report`), and a resumed run reuses them.
 
-A kept card is one JSON file per sample: the card, its side files (full-size pictures, base64, in the
-order they were kept, so the page names them as if it had drawn them itself) and a fingerprint of what
-it was built from (the row's JSON line, the sample's truth and picture, :data:`CARD_FORMAT`). A card whose
-row or sample changed, or that is missing or unreadable, is built again.
+A kept card is one JSON file per sample, with its side files (full-size pictures) beside it. The JSON
+holds the card, the side files in the order they were kept (so the page names them as if it had drawn
+them itself; the page links them into its ``report_files/`` rather than copying them) and a fingerprint of
+what it was built from (the row's JSON line, the sample's truth and picture, :data:`CARD_FORMAT`). A card
+whose row or sample changed, that is missing or unreadable, or that lost a side file, is built again.
 """
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import dataclasses
 import hashlib
@@ -55,7 +55,7 @@ ANSWER_CHARS = 400
 CARDS_FOLDER = "report_cards"
 #: Part of every card's fingerprint: raise it when what a card holds or how it is drawn changes, so
 #: that cards kept by an earlier version are built again.
-CARD_FORMAT = 1
+CARD_FORMAT = 2
 #: At most this many processes build cards (each holds its own imports, ~150 MB).
 MAX_CARD_WORKERS = 4
 PR_SET_PDEATHSIG = 1
@@ -204,30 +204,43 @@ def card_path(folder: Path, sample_id: str) -> Path:
     )
 
 
-def save_card(folder: Path, built: BuiltCard, made_from: str) -> None:
-    """Keep ``built`` (its :func:`fingerprint` ``made_from``) in ``folder``, written whole or not at all
-    (a killed run leaves no torn card)."""
-    record = {
-        "fingerprint": made_from,
-        "card": dataclasses.asdict(built.card),
-        "files": [
-            {
-                "name": f.name,
-                "suffix": f.suffix,
-                "url": f.url,
-                "content": base64.b64encode(f.content).decode(),
-            }
-            for f in built.files
-        ],
-    }
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".card-", suffix=".json")
+def _side_path(card: Path, index: int, suffix: str) -> Path:
+    """The ``index``-th side file of the card kept in ``card``."""
+    return card.with_name(f"{card.stem}.side{index}{suffix}")
+
+
+def _write_whole(path: Path, content: bytes, mode: int = 0o600) -> None:
+    """Write ``path`` whole or not at all (a killed run leaves no torn file)."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".card-", suffix=path.suffix)
     try:
         with os.fdopen(handle, "wb") as file:
-            file.write(json_line(record))
-        os.replace(temporary, card_path(folder, built.card.id))
+            file.write(content)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def save_card(folder: Path, built: BuiltCard, made_from: str) -> None:
+    """Keep ``built`` (its :func:`fingerprint` ``made_from``) in ``folder``: its side files first, then the
+    JSON that names them, so a card that can be read has all of its files."""
+    path = card_path(folder, built.card.id)
+    rebuilt = path.exists()
+    files, kept = [], set()
+    for index, side in enumerate(built.files):
+        side_path = _side_path(path, index, side.suffix)
+        kept.add(side_path.name)
+        content = side.content if isinstance(side.content, bytes) else side.content.read_bytes()
+        _write_whole(side_path, content, mode=0o644)  # readable where the page links it, as its copies are
+        files.append({"name": side.name, "suffix": side.suffix, "url": side.url, "bytes": len(content)})
+    _write_whole(
+        path, json_line({"fingerprint": made_from, "card": dataclasses.asdict(built.card), "files": files})
+    )
+    if rebuilt:  # the card it replaced may have kept more side files (a first build has none to drop)
+        for stale in path.parent.glob(f"{path.stem}.side*"):  # the stem holds no glob characters
+            if stale.name not in kept:
+                stale.unlink(missing_ok=True)
 
 
 def _card_from_record(record: Mapping[str, Any]) -> SampleCard:
@@ -244,13 +257,16 @@ def _card_from_record(record: Mapping[str, Any]) -> SampleCard:
 def load_card(folder: Path, sample_id: str, made_from: str) -> BuiltCard | None:
     """The kept card of ``sample_id`` if its :func:`fingerprint` is ``made_from``; None otherwise."""
     try:
-        record = json.loads(card_path(folder, sample_id).read_bytes())
+        path = card_path(folder, sample_id)
+        record = json.loads(path.read_bytes())
         if record.get("fingerprint") != made_from:
             return None
-        files = [
-            SideFile(f["name"], f["suffix"], f["url"], base64.b64decode(f["content"]))
-            for f in record["files"]
-        ]
+        files = []
+        for index, f in enumerate(record["files"]):
+            side_path = _side_path(path, index, f["suffix"])
+            if side_path.stat().st_size != f["bytes"]:
+                return None
+            files.append(SideFile(f["name"], f["suffix"], f["url"], side_path))
         return BuiltCard(_card_from_record(record["card"]), files)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None  # missing, torn by a disk full, or of another shape: built again

@@ -12,6 +12,7 @@ import base64
 import io
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from PIL import Image
 
@@ -44,7 +45,8 @@ class SideFile:
     name: str
     suffix: str
     url: str
-    content: bytes
+    content: bytes | Path
+    """Its bytes, or the file that holds them (a kept card's, linked into the page's folder)."""
 
 
 class ReportImages:
@@ -53,11 +55,12 @@ class ReportImages:
 
     def __init__(self, side_files: bool = True) -> None:
         self.side_files = side_files
-        self.files: dict[str, bytes] = {}
+        self.files: dict[str, bytes | Path] = {}
         self.kept: list[SideFile] = []
 
-    def keep(self, name: str, suffix: str, content: bytes) -> str:
-        """Keep ``content`` as a side file named after ``name``; its URL relative to the page."""
+    def keep(self, name: str, suffix: str, content: bytes | Path) -> str:
+        """Keep ``content`` (bytes, or a file that holds them) as a side file named after ``name``; its
+        URL relative to the page."""
         stem, number = file_stem(name), 1
         file_name = f"{stem}{suffix}"
         while file_name in self.files:  # two ids that differ only in characters a file name drops

@@ -127,13 +127,20 @@ def write_report(
     return path
 
 
-def _write_side_files(folder: Path, files: Mapping[str, bytes]) -> None:
+def _write_side_files(folder: Path, files: Mapping[str, bytes | Path]) -> None:
     """Replace ``folder`` with one holding ``files`` (none: no folder), so no picture of an earlier
-    report is left behind."""
+    report is left behind. A file kept with a card is linked, not copied (copied where it cannot be:
+    another file system)."""
     fresh = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".report-files-"))
     try:
         for name, content in files.items():
-            (fresh / name).write_bytes(content)
+            if isinstance(content, bytes):
+                (fresh / name).write_bytes(content)
+                continue
+            try:
+                os.link(content, fresh / name)
+            except OSError:
+                shutil.copyfile(content, fresh / name)
         if folder.is_dir():
             shutil.rmtree(folder)
         if files:
