@@ -16,43 +16,24 @@ import contextlib
 import functools
 import json
 import os
-import queue
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from spacetools.tools.diagnostics import SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
-
-
-def _bare_hop(loop: asyncio.AbstractEventLoop) -> Callable[[], Awaitable[None]]:
-    """A future put on a queue that a daemon thread settles with `call_soon_threadsafe`, awaited."""
-    requests: queue.SimpleQueue[asyncio.Future[None]] = queue.SimpleQueue()
-
-    def serve() -> None:
-        while True:
-            future = requests.get()
-            loop.call_soon_threadsafe(future.set_result, None)
-
-    threading.Thread(target=serve, name="bare-hop", daemon=True).start()
-
-    async def hop() -> None:
-        future: asyncio.Future[None] = loop.create_future()
-        requests.put(future)
-        await future
-
-    return hop
+from toolshed_scaleout import bare_thread_round_trip
 
 
 async def _measure(rounds: int, calls: int) -> dict[str, float]:
+    hop, stop_hop = bare_thread_round_trip()
     async with Toolshed([ToolDeployment(tool=SleepTool, backend="inprocess")]) as shed:
         session = shed.open_session([])
         paths: dict[str, Callable[[], Awaitable[Any]]] = {
-            "bare_hop": _bare_hop(asyncio.get_running_loop()),
+            "bare_hop": hop,
             "sync_call": functools.partial(session.call, "sleep.noop"),
             "async_call": functools.partial(session.call, "sleep.noop_async"),
         }
@@ -66,6 +47,7 @@ async def _measure(rounds: int, calls: int) -> dict[str, float]:
                 for _ in range(calls):
                     await path()
                 samples[name].append((time.perf_counter() - started) / calls * 1e6)
+    stop_hop()
     return {name: round(statistics.median(values), 1) for name, values in samples.items()}
 
 

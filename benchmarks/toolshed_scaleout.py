@@ -93,7 +93,7 @@ async def _per_call_us(call: Callable[[], Awaitable[Any]], calls: int) -> float:
     return (time.perf_counter() - started) / calls * 1e6
 
 
-def _bare_thread_round_trip() -> tuple[Callable[[], Awaitable[None]], Callable[[], None]]:
+def bare_thread_round_trip() -> tuple[Callable[[], Awaitable[None]], Callable[[], None]]:
     """The floor of a call on an instance's thread: a future put on a queue that a daemon thread serves,
     settled from there with `call_soon_threadsafe`, awaited. Returns the call and how to stop the thread."""
     loop = asyncio.get_running_loop()
@@ -139,7 +139,7 @@ async def _overhead(rounds: int, calls: int) -> dict[str, Any]:
             }
             # An async method runs on the event loop; a plain one (above) on the instance's thread.
             paths["inprocess_async"] = functools.partial(sheds[0].open_session([]).call, "sleep.noop_async")
-            paths["bare_thread_round_trip"], stop_thread = _bare_thread_round_trip()
+            paths["bare_thread_round_trip"], stop_thread = bare_thread_round_trip()
             paths["bare_ray_actor"] = lambda: actor.noop.remote()
             # The floor of a call that carries its arguments: the same no-op with one argument as big
             # as the Toolshed's (a call number, the method, the arguments, the context: session id,
