@@ -15,15 +15,13 @@ completion on a loop of their thread (`invoke_tool_method`).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import inspect
 import json
 import logging
 import re
-import threading
 import typing
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, overload
 
@@ -39,6 +37,7 @@ from spacetools.kit.arguments import (
     parameters_schema,
     with_reference_hint,
 )
+from spacetools.kit.coroutines import run_to_completion
 
 __all__ = [
     "BATCH_CALL",
@@ -402,7 +401,7 @@ def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: Too
     try:
         spec = tool_methods(type(tool))[method]
         if spec.is_async:
-            return _as_result(method, _run_to_completion(method, _start(tool, spec, kwargs, ctx)))
+            return _as_result(method, run_to_completion(_start(tool, spec, kwargs, ctx), method))
         return _as_result(method, _start(tool, spec, kwargs, ctx))
     except Exception as exc:
         return error_result(exc)
@@ -439,50 +438,6 @@ def _as_result(method: str, output: Any) -> ToolResult:
     if not isinstance(output, ToolResult):
         raise TypeError(f"{method} returned {type(output).__name__}, expected ToolResult or str")
     return output
-
-
-class _LoopOfThread:
-    """The event loop on which one thread runs ``async def`` tool methods to completion, made on its
-    first such call and kept (a new loop per call, as `asyncio.run` makes, costs several times a call)."""
-
-    __slots__ = ("loop",)
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-
-    def __del__(self) -> None:
-        # Dropped with its thread's locals as the thread ends: close the loop's file descriptors.
-        if not self.loop.is_running():
-            self.loop.close()
-
-
-_thread_locals = threading.local()
-
-
-def _run_to_completion(method: str, coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """Run an ``async def`` tool method's coroutine on the calling thread's loop; its output."""
-    if _loop_running():
-        coroutine.close()
-        raise RuntimeError(
-            f"{method} is async and this thread runs an event loop: await invoke_tool_method_async"
-        )
-    holder: _LoopOfThread | None = getattr(_thread_locals, "loop", None)
-    if holder is None or holder.loop.is_closed():
-        holder = _thread_locals.loop = _LoopOfThread()
-    try:
-        return holder.loop.run_until_complete(coroutine)
-    except asyncio.CancelledError:
-        # Nobody outside cancels a call run to completion: the tool cancelled itself.
-        raise RuntimeError(f"{method} was cancelled") from None
-
-
-def _loop_running() -> bool:
-    """Whether the calling thread is running an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def error_result(exc: BaseException) -> ToolResult:
