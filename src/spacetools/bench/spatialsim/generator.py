@@ -195,7 +195,7 @@ def _generate_job(job: tuple[int, str, int, int]) -> list[Sample]:
 def _one_blas_thread() -> None:
     """Pool initializer: the workers already take a core each, and BLAS threads of their own (numpy's
     OpenBLAS spins while it waits for work) would only take CPU from the other worker."""
-    threadpool_limits(1)
+    threadpool_limits(1, user_api="blas")
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:

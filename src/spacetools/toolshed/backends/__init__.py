@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from spacetools.kit.definition import Tool
 from spacetools.toolshed.backends.base import Instance, InstanceCrashed
 from spacetools.toolshed.backends.inprocess import InProcessInstance
 from spacetools.toolshed.backends.process import ProcessInstance
@@ -13,7 +12,6 @@ from spacetools.toolshed.backends.ray import RayInstance, fetch_cluster_values, 
 from spacetools.toolshed.deployment import ToolDeployment
 
 __all__ = [
-    "BACKENDS",
     "InProcessInstance",
     "Instance",
     "InstanceCrashed",
@@ -23,15 +21,10 @@ __all__ = [
     "local_arguments",
 ]
 
-BACKENDS: dict[str, Callable[[type[Tool] | str, dict[str, Any], str], Instance]] = {
-    "inprocess": InProcessInstance,
-    "process": ProcessInstance,
-    "ray": RayInstance,
-}
-
 
 def instance_factory(deployment: ToolDeployment, name: str) -> Callable[[], Instance]:
-    """Makes the instances of one deployment (Ray instances also get its resources and placement)."""
+    """Makes the instances of one deployment (Ray instances also get its resources and placement, worker
+    processes their BLAS threads)."""
     if deployment.backend == "ray":
         return ray_factory(deployment, name)
     if deployment.backend == "process":
@@ -39,8 +32,7 @@ def instance_factory(deployment: ToolDeployment, name: str) -> Callable[[], Inst
         # the pool's processes already spread over the cores.
         blas_threads = max(1, int(deployment.num_cpus))
         return lambda: ProcessInstance(deployment.tool, deployment.config, name, blas_threads=blas_threads)
-    make = BACKENDS[deployment.backend]
-    return lambda: make(deployment.tool, deployment.config, name)
+    return lambda: InProcessInstance(deployment.tool, deployment.config, name)
 
 
 def local_arguments(backend: str, kwargs: dict[str, Any]) -> dict[str, Any]:
