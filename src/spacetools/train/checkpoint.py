@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+CHECKPOINT_DIR = "checkpoint"
+"""A stage's checkpoint folder inside its run folder."""
 MODEL_DIR = "model"
 STATE_FILE = "trainer.pt"
 METRICS_FILE = "metrics.jsonl"
@@ -135,11 +137,12 @@ def recover_checkpoint(path: Path) -> None:
         retired.rename(path)
 
 
-def truncate_metrics(path: Path, step: int) -> None:
-    """Keep the metric rows up to the checkpoint a run resumes from (and drop a torn last line)."""
+def truncate_metrics(path: Path, step: int) -> list[dict[str, Any]]:
+    """Keep the metric rows up to the checkpoint a run resumes from (and drop a torn last line); returns
+    the rows kept."""
     if not path.is_file():
-        return
-    kept = []
+        return []
+    kept, rows = [], []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
@@ -147,7 +150,9 @@ def truncate_metrics(path: Path, step: int) -> None:
             continue
         if row.get("step", 0) <= step:
             kept.append(line)
+            rows.append(row)
     path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    return rows
 
 
 def publish_model(checkpoint: Path, out: Path) -> Path:

@@ -186,7 +186,22 @@ class GRPOSettings(BaseModel):
     group_size: int = Field(5, ge=2, description="episodes per prompt (GRPO's n)")
     learning_rate: float = Field(1e-6, gt=0)
     clip_eps: float = Field(0.2, gt=0)
-    scale_rewards: bool = Field(True, description="divide by the group's reward std; false: Dr. GRPO")
+    scale_rewards: bool = Field(
+        False, description="divide by the group's reward std (GRPO); false, the default: Dr. GRPO"
+    )
+    nndc_weight: float = Field(
+        0.0, ge=0, description="pointing's reward is `acc` plus this times the dense NNDC term (shaping)"
+    )
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups of equal rewards, sample fresh prompts in their place"
+    )
+    max_sampling_rounds: PositiveInt = Field(
+        3, description="rounds of sampling a step may take to fill its prompts with useful groups"
+    )
+    placebo: bool = Field(False, description="rewards shuffled within each step: what chance alone does")
+    zero_reward_patience: int = Field(
+        3, ge=0, description="steps of only zero rewards after which the stage stops (0: never)"
+    )
     kl_coef: float = Field(0.01, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from spacetools.kit.loading import load_processor, load_vlm
 from spacetools.kit.trainable import trainable_parameters
 from spacetools.toolshed import ToolProvider, connect
 from spacetools.train.checkpoint import (
+    CHECKPOINT_DIR,
     METRICS_FILE,
     MODEL_DIR,
     load_checkpoint,
@@ -42,10 +45,17 @@ from spacetools.train.checkpoint import (
     truncate_metrics,
 )
 from spacetools.train.config import GRPOConfig, record_config
-from spacetools.train.episodes import forward_logprobs, recorded_example
+from spacetools.train.episodes import Example, forward_logprobs, recorded_example
 from spacetools.train.objectives import group_advantages, grpo_loss
+from spacetools.train.sampling import (
+    ZeroRewardWatch,
+    cut_turns,
+    gather_useful_groups,
+    measured_reward,
+    placebo_rewards,
+)
 
-CHECKPOINT_DIR = "checkpoint"
+logger = logging.getLogger(__name__)
 Progress = Callable[[int, int, dict[str, Any]], None]
 
 
@@ -65,8 +75,36 @@ def load_policy_model(path: Path, config: GRPOConfig, *, resume: bool) -> Any:
 
 
 def load_reference(config: GRPOConfig) -> Any:
-    """The frozen starting model of the KL penalty (an adapter merged into its base)."""
+    """The frozen starting model of the KL penalty (an adapter merged into its base); None with LoRA,
+    whose reference is the policy with its adapter disabled (as TRL does: no second model)."""
+    if config.trainable == "lora":
+        return None
     return load_vlm(config.model, device=config.device, dtype=config.dtype)
+
+
+def reference_logprobs(
+    model: Any, reference: Any, example: Example, config: GRPOConfig, blocked: list[int] | None
+) -> torch.Tensor | None:
+    """`(1, T)` log-probabilities of the episode under the KL reference, or None without a KL term."""
+    if config.kl_coef <= 0:
+        return None
+    adapter_off = model.disable_adapter() if reference is None else contextlib.nullcontext()
+    with torch.no_grad(), adapter_off:
+        return forward_logprobs(
+            model if reference is None else reference,
+            example,
+            config.device,
+            blocked,
+            temperature=config.temperature,
+        )
+
+
+def stop_token_ids(model: Any, processor: Any) -> list[int]:
+    """The token ids that end a turn: the tokenizer's end token and the model's generation end tokens."""
+    ids = {processor.tokenizer.eos_token_id}
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return sorted(i for i in ids if i is not None)
 
 
 def step_metrics(trajectories: list[Trajectory], rewards: torch.Tensor, group_size: int) -> dict[str, Any]:
@@ -114,6 +152,59 @@ async def train_grpo_async(
         return await _train_grpo(config, resume=resume, progress=progress, tools=tools)
 
 
+@dataclass
+class Update:
+    """What one policy-gradient step did, token-weighted over the batch."""
+
+    policy_loss: float = 0.0
+    kl: float = 0.0
+    clip_fraction: float = 0.0
+    ratio_drift: float = 0.0  # max |log ratio| before the update (0 when on-policy)
+    grad_norm: float = 0.0
+    tokens: int = 0
+
+
+def policy_update(
+    model: Any,
+    reference: Any,
+    optimizer: torch.optim.Optimizer,
+    trainable: list[torch.nn.Parameter],
+    examples: list[Example],
+    advantages: torch.Tensor,
+    config: GRPOConfig,
+    blocked: list[int] | None,
+) -> Update:
+    """One clipped policy-gradient step, token-mean over the batch, one episode `(1, T)` at a time."""
+    model.train()
+    done = Update(tokens=sum(int(e.mask.sum()) for e in examples))
+    for example, advantage in zip(examples, advantages, strict=True):
+        mask = example.mask.unsqueeze(0).to(config.device)  # (1, T)
+        logp = forward_logprobs(model, example, config.device, blocked, temperature=config.temperature)
+        assert example.logprobs is not None
+        old_logp = example.logprobs.unsqueeze(0).to(config.device)  # (1, T)
+        ref_logp = reference_logprobs(model, reference, example, config, blocked)
+        out = grpo_loss(
+            logp,
+            old_logp,
+            ref_logp,
+            advantage.view(1),
+            mask,
+            clip_eps=config.clip_eps,
+            kl_coef=config.kl_coef,
+        )
+        # Every episode is scored before the update: the ratio must be 1 (sampled and scored alike).
+        done.ratio_drift = max(done.ratio_drift, float(((logp.detach() - old_logp).abs() * mask).max()))
+        weight = int(mask.sum()) / max(done.tokens, 1)
+        (out.loss * weight).backward()
+        done.kl += out.kl * weight
+        done.clip_fraction += out.clip_fraction * weight
+        done.policy_loss += out.policy_loss * weight
+    done.grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return done
+
+
 async def _train_grpo(
     config: GRPOConfig, *, resume: bool, progress: Progress | None, tools: ToolProvider | None
 ) -> Path:
@@ -127,13 +218,16 @@ async def _train_grpo(
     reference = load_reference(config) if config.kl_coef > 0 else None
     trainable = trainable_parameters(model)
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.0)
-    start_step = 0
+    start_step, stopped = 0, None
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
-        start_step = state["step"]
+        start_step, stopped = state["step"], state.get("stopped")
     metrics_path = config.out / METRICS_FILE
-    truncate_metrics(metrics_path, start_step)
+    kept_rows = truncate_metrics(metrics_path, start_step)
+    watch = ZeroRewardWatch(config.zero_reward_patience)
+    watch.streak = int(kept_rows[-1].get("zero_reward_streak", 0)) if kept_rows else 0
+    stops = stop_token_ids(model, processor)
     # The turn and episode token limits reach the policy through the rollout (`EpisodeState.max_new_tokens`).
     policy = HFPolicy(
         model,
@@ -148,100 +242,106 @@ async def _train_grpo(
     async with contextlib.AsyncExitStack() as stack:
         provider = tools if tools is not None else await stack.enter_async_context(connect(config.tools))
         stack.push_async_callback(policy.aclose)  # its batching task ends with this event loop's work
+
+        async def collect(indices: list[int], round_: int) -> tuple[list[Trajectory], list[float]]:
+            """n episodes of each prompt with live tools, and their measured rewards."""
+            tag = "" if round_ == 0 else f"{round_}."  # a prompt drawn again in a later round is a new task
+            inputs = [
+                episode_input(
+                    samples[i][1], f"{samples[i][0]}#{tag}{g}.{k}" if tag else f"{samples[i][0]}#{k}"
+                )
+                for g, i in enumerate(indices)
+                for k in range(n)
+            ]
+            trajectories = await run_episodes(policy, provider, inputs, config=config.rollout)
+            return trajectories, [measured_reward(t.score, config.nndc_weight) for t in trajectories]
+
         with metrics_path.open("a", encoding="utf-8") as metrics:
-            batches = step_batches(
-                config.seed, len(samples), config.prompts_per_step, start_step, config.steps
-            )
+            total = start_step if stopped else config.steps
+            batches = step_batches(config.seed, len(samples), config.prompts_per_step, start_step, total)
             for step, indices in enumerate(batches, start_step):
-                # 1. Generate: n episodes per prompt with live tools (the sampling RNG is part of the checkpoint).
+                # 1. Generate: n episodes per prompt with live tools (the sampling RNG is part of the checkpoint);
+                # with dynamic sampling, groups of equal rewards are replaced by fresh prompts.
                 started = time.perf_counter()
-                inputs = [
-                    episode_input(samples[i][1], f"{samples[i][0]}#{k}") for i in indices for k in range(n)
-                ]
                 model.eval()
                 policy.seed = config.seed * 1_000_003 + step
                 policy.reset_stats()
-                trajectories = await run_episodes(policy, provider, inputs, config=config.rollout)
+                gathered = await gather_useful_groups(
+                    collect,
+                    indices,
+                    len(samples),
+                    n,
+                    rng=np.random.default_rng([config.seed, step]),
+                    dynamic=config.dynamic_sampling,
+                    max_rounds=config.max_sampling_rounds,
+                )
+                trajectories = gathered.episodes
                 sampling = policy.stats()
                 generated = time.perf_counter()
 
-                # 2. Reward and advantages: rewards (B,) -> advantages (B,), normalised within each group.
-                rewards = torch.tensor([float((t.score or {}).get("score", 0.0)) for t in trajectories])
-                advantages = group_advantages(rewards, n, scale=config.scale_rewards)
+                # 2. Reward and advantages: rewards (B,) -> advantages (B,), centred within each group.
+                rewards = torch.tensor(gathered.rewards, dtype=torch.float32)
+                trained_on = rewards
+                if config.placebo:
+                    placebo = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
+                    trained_on = placebo_rewards(rewards, placebo)
+                advantages = group_advantages(trained_on, n, scale=config.scale_rewards)
 
-                # 3. One policy-gradient step, token-mean over the batch, one episode at a time.
-                model.train()
+                # 3. One policy-gradient step on the model's own tokens.
                 examples = [recorded_example(policy.recorded(t.task_id)) for t in trajectories]
-                tokens = sum(int(e.mask.sum()) for e in examples)
-                kl = clip = policy_loss = drift = 0.0
-                for example, advantage in zip(examples, advantages, strict=True):
-                    mask = example.mask.unsqueeze(0).to(config.device)  # (1, T)
-                    logp = forward_logprobs(
-                        model, example, config.device, policy.blocked, temperature=config.temperature
-                    )  # (1, T)
-                    assert example.logprobs is not None
-                    old_logp = example.logprobs.unsqueeze(0).to(config.device)  # (1, T)
-                    ref_logp = None
-                    if reference is not None:
-                        with torch.no_grad():
-                            ref_logp = forward_logprobs(
-                                reference,
-                                example,
-                                config.device,
-                                policy.blocked,
-                                temperature=config.temperature,
-                            )  # (1, T)
-                    out = grpo_loss(
-                        logp,
-                        old_logp,
-                        ref_logp,
-                        advantage.view(1),
-                        mask,
-                        clip_eps=config.clip_eps,
-                        kl_coef=config.kl_coef,
-                    )
-                    # Every episode is scored before the update: the ratio must be 1 (sampled and scored alike).
-                    drift = max(drift, float(((logp.detach() - old_logp).abs() * mask).max()))
-                    weight = int(mask.sum()) / max(tokens, 1)
-                    (out.loss * weight).backward()
-                    kl += out.kl * weight
-                    clip += out.clip_fraction * weight
-                    policy_loss += out.policy_loss * weight
-                grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                update = policy_update(
+                    model, reference, optimizer, trainable, examples, advantages, config, policy.blocked
+                )
                 policy.forget()
                 updated = time.perf_counter()
+                if watch.update(gathered.seen_rewards) and step + 1 < config.steps:
+                    stopped = f"only zero rewards for {watch.streak} steps: stopped after step {step + 1}"
+                    logger.warning("[%s] %s", config.out.name, stopped)
 
                 row = {
                     "stage": "grpo",
                     "step": step + 1,
-                    **step_metrics(trajectories, rewards, n),
-                    "policy_loss": policy_loss,
-                    "kl": kl,
+                    # Reward and episode figures over every sampled episode (the kept groups are biased).
+                    **step_metrics(gathered.seen_episodes, torch.tensor(gathered.seen_rewards), n),
+                    "trained_reward_mean": float(rewards.mean()) if len(rewards) else 0.0,
+                    "zero_variance_fraction": gathered.dropped_fraction,
+                    "sampling_rounds": gathered.rounds,
+                    "groups_trained": len(trajectories) // n,
+                    "zero_reward_streak": watch.streak,
+                    "response_tokens": update.tokens / max(len(examples), 1),
+                    "turns_cut": sum(cut_turns(e.ids, e.mask, stops) for e in examples),
+                    "policy_loss": update.policy_loss,
+                    "kl": update.kl,
                     "entropy": sampling["entropy"],
-                    "clip_fraction": clip,
-                    "ratio_drift": drift,  # max |log ratio| before the update (0 when on-policy)
-                    "grad_norm": float(grad_norm),
-                    "model_tokens": tokens,
+                    "clip_fraction": update.clip_fraction,
+                    "ratio_drift": update.ratio_drift,
+                    "grad_norm": update.grad_norm,
+                    "model_tokens": update.tokens,
                     "generation_s": generated - started,
                     "update_s": updated - generated,
                     **throughput(
                         len(trajectories),
-                        tokens,
+                        update.tokens,
                         generated - started,
                         updated - started,
                         sampling["generate_s"],
                     ),
+                    **({"stopped": stopped} if stopped else {}),
                 }
                 metrics.write(json.dumps(row) + "\n")
                 metrics.flush()
                 if progress is not None:
                     progress(step + 1, config.steps, row)
-                if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                if stopped or (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                    trainer_state = {"optimizer": optimizer.state_dict(), "step": step + 1}
                     save_checkpoint(
-                        checkpoint, model, processor, {"optimizer": optimizer.state_dict(), "step": step + 1}
+                        checkpoint,
+                        model,
+                        processor,
+                        {**trainer_state, **({"stopped": stopped} if stopped else {})},
                     )
+                if stopped:
+                    break
     return publish_model(checkpoint, config.out)
 
 

@@ -21,6 +21,7 @@ from spacetools.kit import imagecodec
 from spacetools.kit.loading import load_processor, load_vlm
 from spacetools.kit.trainable import trainable_parameters
 from spacetools.train.checkpoint import (
+    CHECKPOINT_DIR,
     METRICS_FILE,
     MODEL_DIR,
     load_checkpoint,
@@ -31,8 +32,6 @@ from spacetools.train.checkpoint import (
 )
 from spacetools.train.config import SFTConfig, record_config
 from spacetools.train.episodes import Example, encode_episode, forward_logprobs
-
-CHECKPOINT_DIR = "checkpoint"
 
 
 def read_traces(path: Path) -> list[dict[str, Any]]:
