@@ -85,3 +85,64 @@ async def _runs(model: Path, data: Path, tmp_path: Path, tools: Toolshed) -> Non
     assert [row[k] for row in _rows(broken) for k in keys] == pytest.approx(
         [row[k] for row in rows for k in keys], rel=1e-5, abs=1e-7
     )
+
+
+def test_a_stage_without_reward_says_so_and_stops(setup: tuple[Path, Path], tmp_path: Path) -> None:
+    asyncio.run(_a_stage_without_reward_says_so_and_stops(*setup, tmp_path))
+
+
+async def _a_stage_without_reward_says_so_and_stops(model: Path, data: Path, tmp_path: Path) -> None:
+    deployments = [d.model_copy(update={"backend": "inprocess"}) for d in get_toolset("v1")]
+    # A random model answers nothing: every reward is 0, every group equal. Dynamic sampling tries twice
+    # per step and finds no useful group; the LoRA reference is the policy with its adapter off.
+    config = _config(model, data, tmp_path / "run").model_copy(
+        update={
+            "steps": 5,
+            "dynamic_sampling": True,
+            "max_sampling_rounds": 2,
+            "placebo": True,
+            "zero_reward_patience": 2,
+            "trainable": "lora",
+            "kl_coef": 0.1,
+        }
+    )
+    async with Toolshed(deployments) as tools:
+        await train_grpo_async(config, tools=tools)
+        rows = _rows(config.out)
+        assert [row["step"] for row in rows] == [1, 2]
+        assert "stopped" not in rows[0] and "only zero rewards for 2 steps" in str(rows[1]["stopped"])
+        for row in rows:
+            assert row["sampling_rounds"] == 2 and row["zero_variance_fraction"] == 1.0
+            assert row["groups_trained"] == 0 and row["model_tokens"] == 0 and row["reward_mean"] == 0.0
+            assert len(row["rewards"]) == 4  # both rounds' episodes are reported
+        # A rerun of the stopped stage trains nothing more.
+        await train_grpo_async(config, tools=tools)
+    assert [row["step"] for row in _rows(config.out)] == [1, 2]
+
+
+def test_the_lora_reference_is_the_policy_with_its_adapter_disabled(setup: tuple[Path, Path]) -> None:
+    from spacetools.kit.loading import load_processor, load_vlm
+    from spacetools.train.episodes import encode_episode, forward_logprobs
+    from spacetools.train.grpo import load_policy_model, load_reference, reference_logprobs
+
+    model_path, data = setup
+    config = _config(model_path, data, Path("unused")).model_copy(
+        update={"trainable": "lora", "kl_coef": 0.1}
+    )
+    assert load_reference(config) is None  # no second model
+    policy = load_policy_model(model_path, config, resume=False)
+    with torch.no_grad():  # a trained adapter: the policy moves away from its base
+        for name, weight in policy.named_parameters():
+            if "lora_B" in name:
+                weight.fill_(0.05)
+    messages = [
+        {"role": "user", "content": "Where is the mug?"},
+        {"role": "assistant", "content": "(0.5, 0.5)"},
+    ]
+    example = encode_episode(load_processor(model_path), messages, [])
+    with torch.no_grad():
+        base = forward_logprobs(load_vlm(model_path), example, "cpu", temperature=config.temperature)
+        moved = forward_logprobs(policy, example, "cpu", temperature=config.temperature)
+    reference = reference_logprobs(policy, None, example, config, None)
+    assert reference is not None and torch.allclose(reference, base, atol=1e-5)
+    assert not torch.allclose(moved, base, atol=1e-3)

@@ -42,6 +42,8 @@ def group_advantages(
     """
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"expected (prompts * {group_size},) rewards, got shape {tuple(rewards.shape)}")
+    if not rewards.numel():  # a step whose groups were all dropped
+        return rewards.float()
     groups = rewards.float().view(-1, group_size)  # (prompts, n)
     mean = groups.mean(dim=1, keepdim=True)
     std = groups.std(dim=1, keepdim=True, unbiased=True) if group_size > 1 else torch.zeros_like(mean)
