@@ -128,3 +128,20 @@ def test_a_limit_that_cuts_a_teacher_turn_is_refused(tmp_path: Path) -> None:
         ValueError, match=r"rollout\.max_episode_tokens 5; .*grpo\.rollout\.max_episode_tokens 5"
     ):
         check_token_limits(budget, traces, WordTokenizer())
+
+
+def test_the_controls_get_their_own_columns_and_paired_gains() -> None:
+    block = {
+        "seed": 7,
+        "constant_guess": {KEY: {"answer": "(A)", "headline": 52.0, "low": 42.0, "high": 62.0, "n": 100}},
+        "evaluations": {
+            name: {"valid_turn_rate": 1.0, "benchmarks": {KEY: {"headline": value, "interval": None}}}
+            for name, value in (("SFT only", 71.0), ("full DIRL", 75.0), ("placebo", 70.0))
+        },
+        "grpo_gain": {KEY: {"gain": 4.0, "low": -1.0, "high": 9.0, "n": 100}},
+        "gains": {"placebo": {KEY: {"gain": -1.0, "low": -3.0, "high": 1.0, "n": 100}}},
+    }
+    table = results_table({"held_out": {"eval": block}})
+    assert "| GRPO gain over SFT (paired) | gain, placebo (paired) |" in table
+    assert "| 71.0 | 75.0 | 70.0 | +4.0 [-1.0, +9.0] | -1.0 [-3.0, +1.0] |" in table
+    assert "| valid turn rate | | | 1.00 | 1.00 | 1.00 | | |" in table

@@ -281,6 +281,31 @@ class DataConfig(BaseModel):
         description="a second held-out set: the SFT and DIRL models are evaluated on it too",
     )
     families: list[str] | None = None
+    validation_seed: int | None = Field(
+        default=None,
+        ge=0,
+        description="a validation set (eval_n questions) for the run's choices, e.g. stage 2's families",
+    )
+    grpo_seed: int | None = Field(
+        default=None, ge=0, description="stage 2's prompts (train_n questions): fresh, not SFT's"
+    )
+
+    def seeds(self) -> list[int]:
+        """Every question seed the run uses (they must differ: no question in two roles)."""
+        given = (self.train_seed, self.eval_seed, self.second_eval_seed, self.validation_seed, self.grpo_seed)
+        return [seed for seed in given if seed is not None]
+
+
+class ColdStartSettings(BaseModel):
+    """Stage 1's format cold start (as DeepSeek-R1 warms up before RL): a few dozen single-tool traces of
+    the scripted teacher with the IRL tool set, on questions of a seed of their own, learnt by SFT before
+    the IRL teacher's GRPO, so that its first rollouts make valid calls and earn rewards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    questions: PositiveInt = Field(12, description="questions per IRL family the teacher answers")
+    seed: int = Field(300, ge=0, description="the questions' seed (not the training or held-out ones)")
+    sft: SFTSettings = Field(default_factory=lambda: SFTSettings.model_validate({}))
 
 
 class DIRLConfig(BaseModel):
@@ -320,6 +345,21 @@ class DIRLConfig(BaseModel):
     sft: SFTSettings = Field(default_factory=lambda: SFTSettings.model_validate({}))
     grpo: GRPOSettings = Field(default_factory=lambda: GRPOSettings.model_validate({}))
     ablation: bool = Field(False, description="also train DIRL without stage 1 (the IRL teacher)")
+    cold_start: ColdStartSettings | None = Field(None, description="stage 1's format cold start (SFT)")
+    grpo_families: Literal["all", "beats_constant"] = Field(
+        "all",
+        description="stage 2 trains every family, or those whose SFT interval on the validation set is "
+        "above the constant guess's (needs data.validation_seed)",
+    )
+    validation_limit: PositiveInt | None = Field(None, description="questions per benchmark to validate on")
+    placebo: bool = Field(False, description="also run stage 2 with rewards shuffled within each step")
+    grpo_seeds: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list,
+        description="further training seeds of stage 2 (each its own run and evaluation)",
+    )
+    sampled_eval: bool = Field(
+        False, description="also evaluate SFT and DIRL sampling at stage 2's temperature, beside greedy"
+    )
     eval_limit: PositiveInt | None = None
     ablation_eval_limit: PositiveInt | None = Field(
         None, description="questions per benchmark for the untrained and without-stage-1 evaluations"
@@ -346,6 +386,16 @@ class DIRLConfig(BaseModel):
     def _one_irl_toolset(self) -> DIRLConfig:
         if "toolset" in self.irl.tools.model_fields_set:
             raise ValueError("irl.tools.toolset: the IRL teacher's tool set is irl_toolset")
+        if self.grpo_families == "beats_constant" and self.data.validation_seed is None:
+            raise ValueError("grpo_families: beats_constant is chosen on data.validation_seed; set it")
+        if self.seed in self.grpo_seeds:
+            raise ValueError(f"grpo_seeds: {self.seed} is the run's own seed; list only further seeds")
+        seeds = self.data.seeds() + ([self.cold_start.seed] if self.cold_start else [])
+        if len(set(seeds)) < len(seeds):
+            raise ValueError(
+                "data's seeds and cold_start.seed must all differ (no question in two roles): "
+                + ", ".join(map(str, seeds))
+            )
         return self
 
     def stage_settings(self, block: BaseModel) -> dict[str, Any]:

@@ -4,8 +4,10 @@ Stages run in order and each leaves a `DONE` marker in its folder; a rerun of th
 finished stages and continues the unfinished one from its checkpoint (SFT and GRPO resume exactly), so a
 run killed with -9 anywhere ends with the same results as an unbroken one.
 
-    data → constant-guess baseline → universal traces → base model → stage-1 GRPO (one pointing tool: the
-    IRL teacher) → IRL traces → mix → SFT → eval(sft) → stage-2 GRPO (all tools) → eval(dirl) → eval(base)
+    data → constant-guess baseline → universal traces → base model → [format cold start: scripted
+    single-tool traces, SFT] → stage-1 GRPO (one pointing tool: the IRL teacher) → IRL traces → mix → SFT
+    → eval(sft) → [families SFT beats the constant guess on, on the validation set] → stage-2 GRPO (all
+    tools, its own prompt seed) → eval(dirl) → [placebo, further seeds, sampled evaluations] → eval(base)
     → table, plots
 
 Each model is evaluated on the held-out set and, with `data.second_eval_seed`, on a second one; the
@@ -20,10 +22,9 @@ without the IRL teacher, full DIRL).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +54,16 @@ from spacetools.train.config import (
 from spacetools.train.gains import reward_gain
 from spacetools.train.grpo import train_grpo_async
 from spacetools.train.limits import check_token_limits, check_turn_limits
-from spacetools.train.monitor import StageMonitor
 from spacetools.train.plots import plot_stage, read_metrics
 from spacetools.train.results import write_results
 from spacetools.train.sft import train_sft
+from spacetools.train.stage_two import families_beating_constant
+from spacetools.train.stages import StagedRun
 from spacetools.train.tiny import build_tiny_vlm
 from spacetools.train.traces import collect_traces_async, mix_traces
 
-DONE = "DONE"
 BASELINE_FILE = "constant_guess.json"
+FAMILIES_FILE = "families.json"
 logger = logging.getLogger(__name__)
 # The evaluations of a run, in the order of the paper's ablation table, with their column names.
 EVALUATIONS = {
@@ -72,53 +74,14 @@ EVALUATIONS = {
 }
 
 
-class DIRLRun:
+class DIRLRun(StagedRun):
     """One DIRL run folder; `run()` does what is left to do."""
 
     def __init__(self, config: DIRLConfig, out: Path, console: Console | None = None) -> None:
         """`console` (optional) shows progress bars within stages; each stage logs a line as it starts and
         ends (the `spacetools.train.dirl` logger), into `run.log` of the run and of the stage's folder."""
+        super().__init__(out, console)
         self.config = config
-        self.out = out
-        self.console = console
-
-    def monitor(self, config: SFTConfig | GRPOConfig) -> StageMonitor:
-        """The progress bar and live figures (the config's `report_to`) of the training stage in `config.out`."""
-        stage = config.out.name
-        return StageMonitor.reporting_to(
-            config.report_to,
-            stage,
-            config.out,
-            self.out / "tensorboard" / stage,
-            self.console,
-            config=json.loads(config.model_dump_json()),
-        )
-
-    def stage_dir(self, name: str) -> Path:
-        return self.out / name
-
-    async def stage(self, name: str, work: Callable[[Path], Any]) -> None:
-        """Run `work(folder)` unless the stage finished before; mark it done after."""
-        folder = self.stage_dir(name)
-        if (folder / DONE).is_file():
-            self._note(f"[{name}] done before, skipped")
-            return
-        with run_log(folder):
-            self._note(f"[{name}] …")
-            started = time.perf_counter()
-            result = work(folder)
-            if asyncio.iscoroutine(result):
-                await result
-            seconds = time.perf_counter() - started
-            # Wall time of the stage's last (possibly resumed) run, for the per-stage report.
-            (folder / DONE).write_text(json.dumps({"wall_s": round(seconds, 1)}) + "\n", encoding="utf-8")
-            self._note(f"[{name}] done in {seconds:.0f} s")
-
-    def _note(self, line: str) -> None:
-        """A stage's line: the command's own progress on the console, and the run's logs."""
-        logger.info(line)
-        if self.console is not None:
-            self.console.print(line, highlight=False, markup=False)
 
     # The data sets and paths every stage shares.
     @property
@@ -156,6 +119,9 @@ class DIRLRun:
             self.stage_dir("traces_universal") / "traces.jsonl",
             load_processor(self.base_model).tokenizer,
         )
+        if config.cold_start is not None:
+            await self.stage("traces_cold_start", self._cold_start_traces)
+            await self.stage("sft_cold_start", lambda folder: self._sft(folder, "traces_cold_start"))
         await self.stage("irl_teacher", self._irl_teacher)
         await self.stage("traces_irl", self._irl_traces)
         await self.stage("traces_mix", self._mix)
@@ -172,8 +138,21 @@ class DIRLRun:
                     limit=self.second_eval_limit,
                 ),
             )
+        if config.grpo_families == "beats_constant":
+            await self.stage(
+                "eval_sft_validation",
+                lambda folder: self._evaluate(
+                    self.stage_dir("sft") / "model",
+                    folder,
+                    data=self.validation_data,
+                    limit=config.validation_limit,
+                ),
+            )
+            await self.stage("grpo_families", self._choose_grpo_families)
         await self.stage("grpo", self._grpo)
         await self.stage("eval_dirl", lambda folder: self._evaluate(self.stage_dir("grpo") / "model", folder))
+        trained = ["irl_teacher", "sft", "grpo"] + (["sft_cold_start"] if config.cold_start else [])
+        trained += await self._stage_two_controls()
         if config.data.second_eval_seed is not None:
             await self.stage(
                 "eval_dirl_2",
@@ -188,7 +167,6 @@ class DIRLRun:
             "eval_base",
             lambda folder: self._evaluate(self.base_model, folder, limit=config.ablation_eval_limit),
         )
-        trained = ["irl_teacher", "sft", "grpo"]
         if config.ablation:
             await self.stage("traces_no_irl", self._mix_without_irl)
             if self._no_irl_is_full():
@@ -220,14 +198,18 @@ class DIRLRun:
     def _held_out(self, folders: dict[str, str]) -> dict[str, dict[str, Any]]:
         """What the results table pairs, per held-out set: its evaluations, baseline and SFT/DIRL folders."""
         baseline = json.loads((self.stage_dir("baseline") / BASELINE_FILE).read_text(encoding="utf-8"))
-        sets = {
+        columns, pairs = self._control_evaluations()
+        evaluations = {EVALUATIONS[name]: self.stage_dir(folder) for name, folder in folders.items()}
+        sets: dict[str, dict[str, Any]] = {
             "eval": {
                 "seed": self.config.data.eval_seed,
                 "evaluations": {
-                    EVALUATIONS[name]: self.stage_dir(folder) for name, folder in folders.items()
+                    **evaluations,
+                    **{column: self.stage_dir(name) for column, name in columns.items()},
                 },
                 "sft": self.stage_dir("eval_sft"),
                 "dirl": self.stage_dir("eval_dirl"),
+                "pairs": {name: tuple(map(self.stage_dir, pair)) for name, pair in pairs.items()},
             }
         }
         if self.config.data.second_eval_seed is not None:
@@ -241,12 +223,35 @@ class DIRLRun:
             }
         return {name: {**spec, "constant_guess": baseline[name]} for name, spec in sets.items()}
 
+    def _control_evaluations(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+        """Stage 2's controls on the test set: their columns (name → evaluation folder) and the paired
+        gains over SFT they add (name → the before and after folders)."""
+        config = self.config
+        columns: dict[str, str] = {}
+        pairs: dict[str, tuple[str, str]] = {}
+        if config.placebo:
+            columns["placebo"] = "eval_placebo"
+            pairs["placebo"] = ("eval_sft", "eval_placebo")
+        for seed in config.grpo_seeds:
+            columns[f"full DIRL, seed {seed}"] = f"eval_seed{seed}"
+            pairs[f"seed {seed}"] = ("eval_sft", f"eval_seed{seed}")
+        if config.sampled_eval:
+            columns.update(
+                {"SFT only, sampled": "eval_sft_sampled", "full DIRL, sampled": "eval_dirl_sampled"}
+            )
+            pairs["sampled"] = ("eval_sft_sampled", "eval_dirl_sampled")
+        return columns, pairs
+
     def _evaluation_folder(self, name: str) -> str:
         return "eval_dirl" if name == "eval_no_irl" and self._no_irl_is_full() else name
 
     @property
     def second_eval_data(self) -> Path:
         return self.stage_dir("data") / "eval_2"
+
+    @property
+    def validation_data(self) -> Path:
+        return self.stage_dir("data") / "validation"
 
     @property
     def second_eval_limit(self) -> int | None:
@@ -258,6 +263,13 @@ class DIRLRun:
         export(folder / "eval", data.eval_n, data.eval_seed, families)
         if data.second_eval_seed is not None:
             export(folder / "eval_2", data.eval_n, data.second_eval_seed, families)
+        if data.validation_seed is not None:
+            export(folder / "validation", data.eval_n, data.validation_seed, families)
+        if data.grpo_seed is not None:
+            export(folder / "grpo_train", data.train_n, data.grpo_seed, families)
+        cold_start = self.config.cold_start
+        if cold_start is not None:
+            export(folder / "cold_start", cold_start.questions, cold_start.seed, self.config.irl_families)
 
     def _baseline(self, folder: Path) -> None:
         """The constant-guess baseline of each held-out set, chosen on the training questions."""
@@ -266,6 +278,8 @@ class DIRLRun:
         held_out = {"eval": (self.eval_data, self.config.eval_limit)}
         if self.config.data.second_eval_seed is not None:
             held_out["eval_2"] = (self.second_eval_data, self.second_eval_limit)
+        if self.config.data.validation_seed is not None:
+            held_out["validation"] = (self.validation_data, self.config.validation_limit)
         guesses = {
             name: {
                 key: guess.to_dict()
@@ -298,13 +312,24 @@ class DIRLRun:
         build_tiny_vlm(folder, texts, **tiny.model_dump(), seed=self.config.seed)
 
     async def _evaluate(
-        self, model: Path, folder: Path, *, data: Path | None = None, limit: int | None = None
+        self,
+        model: Path,
+        folder: Path,
+        *,
+        data: Path | None = None,
+        limit: int | None = None,
+        temperature: float = 0.0,
     ) -> None:
+        """Evaluate `model` into `folder`: greedy, or sampled at `temperature` (seeded by the run's seed)."""
         from spacetools.agent.policies.hf import load_hf_policy
 
         # One generate call takes every episode in flight.
         policy = load_hf_policy(
-            str(model), device=self.config.device, batch_size=self.config.rollout.concurrency
+            str(model),
+            device=self.config.device,
+            batch_size=self.config.rollout.concurrency,
+            temperature=temperature,
+            seed=self.config.seed,
         )
         config = EvalConfig(
             data=data or self.eval_data,
@@ -322,9 +347,13 @@ class DIRLRun:
             await policy.aclose()  # stops its batching task before the event loop ends
         summary.save(folder / "summary.json")
 
-    def _grpo_config(self, block: GRPOSettings, model: Path, out: Path, **extra: Any) -> GRPOConfig:
+    def _grpo_config(
+        self, block: GRPOSettings, model: Path, out: Path, data: Path | None = None, **extra: Any
+    ) -> GRPOConfig:
         settings = {**self.config.stage_settings(block), **extra}
-        return GRPOConfig.model_validate({"model": model, "data": self.train_data, "out": out, **settings})
+        return GRPOConfig.model_validate(
+            {"model": model, "data": data or self.train_data, "out": out, **settings}
+        )
 
     @property
     def _irl_benches(self) -> list[str]:
@@ -332,9 +361,8 @@ class DIRLRun:
 
     async def _irl_teacher(self, folder: Path) -> None:
         tools = {**self.config.stage_settings(self.config.irl)["tools"], "toolset": self.config.irl_toolset}
-        config = self._grpo_config(
-            self.config.irl, self.base_model, folder, tools=tools, benches=self._irl_benches
-        )
+        start = self.stage_dir("sft_cold_start") / "model" if self.config.cold_start else self.base_model
+        config = self._grpo_config(self.config.irl, start, folder, tools=tools, benches=self._irl_benches)
         with self.monitor(config) as progress:
             await train_grpo_async(config, progress=progress)
 
@@ -379,16 +407,75 @@ class DIRLRun:
         return rows[0] == rows[1]
 
     def _sft(self, folder: Path, traces: str = "traces_mix") -> None:
-        settings = self.config.stage_settings(self.config.sft)
+        cold_start = self.config.cold_start
+        block = (
+            cold_start.sft if cold_start is not None and traces == "traces_cold_start" else self.config.sft
+        )
+        settings = self.config.stage_settings(block)
         data = self.stage_dir(traces) / "traces.jsonl"
         config = SFTConfig.model_validate({"model": self.base_model, "data": data, "out": folder, **settings})
         with self.monitor(config) as progress:
             train_sft(config, progress=progress)
 
-    async def _grpo(self, folder: Path, start: str = "sft") -> None:
-        config = self._grpo_config(self.config.grpo, self.stage_dir(start) / "model", folder)
+    async def _grpo(self, folder: Path, start: str = "sft", **extra: Any) -> None:
+        """Stage 2 from the model of stage `start`, on its own prompts and the families chosen for it."""
+        data = self.stage_dir("data") / "grpo_train" if self.config.data.grpo_seed is not None else None
+        if self.config.grpo_families == "beats_constant":
+            chosen = json.loads((self.stage_dir("grpo_families") / FAMILIES_FILE).read_text(encoding="utf-8"))
+            extra["benches"] = chosen["trained"]
+        config = self._grpo_config(self.config.grpo, self.stage_dir(start) / "model", folder, data, **extra)
         with self.monitor(config) as progress:
             await train_grpo_async(config, progress=progress)
+
+    def _choose_grpo_families(self, folder: Path) -> None:
+        """Stage 2's families: those whose SFT interval on the validation set is above the constant guess;
+        every family, said in the log and the file, when none is."""
+        guesses = json.loads((self.stage_dir("baseline") / BASELINE_FILE).read_text(encoding="utf-8"))
+        summary = Summary.load(self.stage_dir("eval_sft_validation") / "summary.json")
+        chosen = families_beating_constant(summary, guesses["validation"])
+        chosen["trained"] = chosen["chosen"] or sorted(chosen["benchmarks"])
+        if not chosen["chosen"]:
+            logger.warning("[grpo_families] SFT beats the constant guess on no family: stage 2 trains all")
+        self._note(f"[grpo_families] stage 2 trains {', '.join(chosen['trained'])}")
+        (folder / FAMILIES_FILE).write_text(json.dumps(chosen, indent=2) + "\n", encoding="utf-8")
+
+    async def _stage_two_controls(self) -> list[str]:
+        """Stage 2's controls beside the full run, each its own run from the same SFT model and its own
+        evaluation: the placebo, further training seeds and the sampled evaluations. Returns the stages trained."""
+        config = self.config
+        runs: dict[str, dict[str, Any]] = {"grpo_placebo": {"placebo": True}} if config.placebo else {}
+        runs.update({f"grpo_seed{seed}": {"seed": seed} for seed in config.grpo_seeds})
+        for name, extra in runs.items():
+            await self.stage(name, functools.partial(self._grpo, **extra))
+            await self.stage(
+                "eval_" + name.removeprefix("grpo_"), functools.partial(self._evaluate_stage, name)
+            )
+        if config.sampled_eval:
+            sampled = functools.partial(self._evaluate_stage, temperature=config.grpo.temperature)
+            await self.stage("eval_sft_sampled", functools.partial(sampled, "sft"))
+            await self.stage("eval_dirl_sampled", functools.partial(sampled, "grpo"))
+        return list(runs)
+
+    async def _evaluate_stage(self, stage: str, folder: Path, temperature: float = 0.0) -> None:
+        await self._evaluate(self.stage_dir(stage) / "model", folder, temperature=temperature)
+
+    async def _cold_start_traces(self, folder: Path) -> None:
+        """The scripted teacher with the IRL tool set on the cold start's questions, with stage 1's limits."""
+        assert self.config.cold_start is not None
+        settings = self.config.stage_settings(self.config.universal_teacher)
+        config = TracesConfig.model_validate(
+            {
+                **settings,
+                "teacher": "scripted",
+                "data": self.stage_dir("data") / "cold_start",
+                "out": folder / "traces.jsonl",
+                "benches": self._irl_benches,
+                "tools": {**settings["tools"], "toolset": self.config.irl_toolset},
+                "rollout": self.config.stage_rollout(self.config.irl),
+            }
+        )
+        counts = await collect_traces_async(config)
+        (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
 
 
 def _first_of_each(samples: list[Sample], limit: int | None) -> list[Sample]:
@@ -404,12 +491,6 @@ def _first_of_each(samples: list[Sample], limit: int | None) -> list[Sample]:
 
 def run_dirl(config: DIRLConfig, out: Path, console: Console | None = None) -> dict[str, Summary]:
     """Run (or continue) DIRL into `out`; returns the evaluation summary after each stage."""
-    # Held-out questions must not be the training questions, nor one held-out set the other.
-    data = config.data
-    seeds = [seed for seed in (data.train_seed, data.eval_seed, data.second_eval_seed) if seed is not None]
-    if len(set(seeds)) < len(seeds):
-        raise ValueError(
-            "data.train_seed, data.eval_seed and data.second_eval_seed must differ (held-out questions)"
-        )
+    # DIRLConfig has checked that no question seed serves two roles (training, validation, held out).
     check_turn_limits(config)
     return asyncio.run(DIRLRun(config, out, console).run())

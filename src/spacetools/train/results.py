@@ -70,34 +70,39 @@ def _cell(headline: float, interval: Sequence[float] | None) -> str:
     return f"{headline:.1f} [{interval[0]:.1f}, {interval[1]:.1f}]" if interval else f"{headline:.1f}"
 
 
+def _gain_cell(gain: Mapping[str, float] | None) -> str:
+    return f"{gain['gain']:+.1f} [{gain['low']:+.1f}, {gain['high']:+.1f}]" if gain else ""
+
+
 def results_table(results: Mapping[str, Any]) -> str:
     """The Markdown table of `results` (as `write_results` builds it): one block per held-out set."""
     lines = []
     for held_out, block in results["held_out"].items():
         columns = list(block["evaluations"])
+        controls = list(block.get("gains", {}))
+        gain_columns = ["GRPO gain over SFT (paired)", *(f"gain, {name} (paired)" for name in controls)]
         lines += [
             f"Held-out set `{held_out}` (seed {block['seed']}), headline ×100 with 95% bootstrap intervals:",
             "",
-            "| benchmark | n | constant guess | " + " | ".join(columns) + " | GRPO gain over SFT (paired) |",
-            "|---|---|---|" + "---|" * len(columns) + "---|",
+            "| benchmark | n | constant guess | " + " | ".join(columns + gain_columns) + " |",
+            "|---|---|---|" + "---|" * (len(columns) + len(gain_columns)),
         ]
         for key, guess in block["constant_guess"].items():
             cells = []
             for column in columns:
                 figures = block["evaluations"][column]["benchmarks"].get(key)
                 cells.append(_cell(figures["headline"], figures["interval"]) if figures else "")
-            gain = block["grpo_gain"].get(key)
-            gain_cell = f"{gain['gain']:+.1f} [{gain['low']:+.1f}, {gain['high']:+.1f}]" if gain else ""
+            gains = [block["grpo_gain"].get(key), *(block["gains"][name].get(key) for name in controls)]
             answer = guess["answer"]
             lines.append(
                 f"| {key} | {guess['n']} | {_cell(guess['headline'], [guess['low'], guess['high']])} `{answer}` | "
-                + " | ".join(cells)
-                + f" | {gain_cell} |"
+                + " | ".join(cells + [_gain_cell(gain) for gain in gains])
+                + " |"
             )
         lines.append(
             "| valid turn rate | | | "
             + " | ".join(f"{block['evaluations'][c]['valid_turn_rate']:.2f}" for c in columns)
-            + " | |"
+            + " |" * (len(gain_columns) + 1)
         )
         lines.append("")
     return "\n".join(lines)
@@ -111,7 +116,8 @@ def write_results(
     """`results.json` and `results.md` of a run.
 
     `held_out` maps each held-out set's name to its `seed`, `constant_guess` (benchmark → ConstantGuess
-    dict), `evaluations` (column name → evaluation folder) and the `sft`/`dirl` folders to pair.
+    dict), `evaluations` (column name → evaluation folder), the `sft`/`dirl` folders to pair and, optionally,
+    `pairs`: the controls' (before, after) folders by name (the placebo, other seeds, sampled decoding).
     """
     blocks = {}
     for name, spec in held_out.items():
@@ -133,11 +139,16 @@ def write_results(
             }
         before, after = (run_rows(Path(spec[stage])) for stage in ("sft", "dirl"))
         gain = paired_headline_gain(before, after) if before is not None and after is not None else {}
+        controls = {
+            control: paired_headline_gain(run_rows(Path(first)) or [], run_rows(Path(second)) or [])
+            for control, (first, second) in spec.get("pairs", {}).items()
+        }
         blocks[name] = {
             "seed": spec["seed"],
             "constant_guess": spec["constant_guess"],
             "evaluations": evaluations,
             "grpo_gain": gain,
+            **({"gains": controls} if controls else {}),
         }
     results = {"held_out": blocks, "training_reward_gain": training_reward_gain}
     (out / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
