@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -76,6 +77,17 @@ def _check_startup(model: Path | None, device: str) -> None:
             raise typer.BadParameter(f"model folder {model} does not exist", param_hint="--config")
         check_model_folder(model, "--model")
     check_device(device, "--config")
+
+
+def _train_stage(stage: str, settings: SFTConfig | GRPOConfig, train: Callable[..., Path]) -> None:
+    """The body of a training stage's command: check, lock the run folder, log, train with a progress bar."""
+    _check_startup(settings.model, settings.device)
+    with contextlib.ExitStack() as held:
+        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before anything writes there
+        held.enter_context(run_log(settings.out))
+        progress = held.enter_context(_monitor(stage, settings))
+        trained = _run(lambda: train(settings, progress=progress))
+    typer.echo(f"trained model: {trained}")
 
 
 def _run(work: Any) -> Any:
@@ -154,13 +166,7 @@ def sft(
     from spacetools.train.sft import train_sft
 
     settings = _config(SFTConfig, config, overrides, model=model, data=data, out=check_out_folder(out))
-    _check_startup(settings.model, settings.device)
-    with contextlib.ExitStack() as held:
-        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before anything writes there
-        held.enter_context(run_log(settings.out))
-        progress = held.enter_context(_monitor("sft", settings))
-        trained = _run(lambda: train_sft(settings, progress=progress))
-    typer.echo(f"trained model: {trained}")
+    _train_stage("sft", settings, train_sft)
 
 
 @app.command()
@@ -188,13 +194,7 @@ def grpo(
         out=check_out_folder(out),
         tools={"toolshed_url": toolshed_url},
     )
-    _check_startup(settings.model, settings.device)
-    with contextlib.ExitStack() as held:
-        _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before anything writes there
-        held.enter_context(run_log(settings.out))
-        progress = held.enter_context(_monitor("grpo", settings))
-        trained = _run(lambda: train_grpo(settings, progress=progress))
-    typer.echo(f"trained model: {trained}")
+    _train_stage("grpo", settings, train_grpo)
 
 
 @app.command()

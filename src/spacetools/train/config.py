@@ -25,6 +25,7 @@ from spacetools.toolshed.safeyaml import load_yaml
 from spacetools.toolshed.toolsets import get_toolset
 
 Config = TypeVar("Config", bound=BaseModel)
+Block = TypeVar("Block", bound=BaseModel)
 CONFIG_FILE = "config.json"
 Thoughts = Literal["full", "empty"]
 """What SFT data keeps of a teacher's `<think>` text: all of it, or empty tags."""
@@ -52,29 +53,48 @@ class LoraSettings(BaseModel):
     )
 
 
-class SFTSettings(BaseModel):
+class ModelSettings(BaseModel):
+    """Where and how a training stage holds its model, and which of its weights it trains."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    gradient_checkpointing: bool = False
+    trainable: Trainable = Field("full", description="full, last_layers:N or lora")
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
+
+
+class OptimiserSettings(BaseModel):
+    """A training stage's AdamW step and its seed (data order, and sampling where the stage samples)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float = Field(2e-5, gt=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    seed: int = Field(0, ge=0, description="the data order's and the sampling's (the tools have their own)")
+
+
+class ReportingSettings(BaseModel):
+    """Where a training stage's figures go, and how often it checkpoints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint_every: PositiveInt = Field(20, description="optimiser steps between checkpoints")
+    report_to: list[ReportTo] = Field(["tensorboard"], description=REPORT_TO_HELP)
+
+
+class SFTSettings(ModelSettings, OptimiserSettings, ReportingSettings):
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only), without its paths:
     a DIRL recipe's `sft:` block. Defaults follow the paper's SFT stage (warm-up 0.1 then cosine, vision
     tower frozen, 2 epochs)."""
 
-    model_config = ConfigDict(extra="forbid")
-
     epochs: PositiveInt = 2
-    learning_rate: float = Field(2e-5, gt=0)
     batch_size: PositiveInt = Field(8, description="episodes per optimiser step (accumulated one by one)")
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
     freeze_vision: bool = True
     max_tokens: PositiveInt = Field(8192, description="longer episodes are left out (and counted)")
-    seed: int = Field(0, ge=0)
-    checkpoint_every: PositiveInt = Field(20, description="optimiser steps between checkpoints")
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    gradient_checkpointing: bool = False
-    report_to: list[ReportTo] = Field(["tensorboard"], description=REPORT_TO_HELP)
-    trainable: Trainable = Field("full", description="full, last_layers:N or lora")
-    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
 
 
 class SFTConfig(SFTSettings):
@@ -172,12 +192,10 @@ def record_config(config: BaseModel, out: Path, *, resume: bool) -> None:
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
 
 
-class GRPOSettings(BaseModel):
+class GRPOSettings(ModelSettings, OptimiserSettings, ReportingSettings):
     """Multi-turn GRPO with live tools (n episodes per prompt, group-normalised advantages, clipped ratio
     loss on the model's tokens, KL to the starting model), without its paths: a DIRL recipe's `irl:` and
     `grpo:` blocks. Defaults follow the paper's stage-2 IRL; `rollout.concurrency` episodes run at once."""
-
-    model_config = ConfigDict(extra="forbid")
 
     benches: list[str] | None = None
     limit: PositiveInt | None = Field(None, description="prompts per benchmark")
@@ -203,21 +221,13 @@ class GRPOSettings(BaseModel):
         3, ge=0, description="steps of only zero rewards after which the stage stops (0: never)"
     )
     kl_coef: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
     tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig())
-    seed: int = Field(0, ge=0, description="the data order's and the sampling's (the tools have their own)")
     generation_batch_size: PositiveInt = Field(
         16, description="episodes sampled together in one generate call (bounds the memory of generation)"
     )
-    checkpoint_every: PositiveInt = 5
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    gradient_checkpointing: bool = False
-    report_to: list[ReportTo] = Field(["tensorboard"], description=REPORT_TO_HELP)
-    trainable: Trainable = Field("full", description="full, last_layers:N or lora")
-    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({}))
+    checkpoint_every: PositiveInt = Field(5, description="optimiser steps between checkpoints")
 
 
 class GRPOConfig(GRPOSettings):
@@ -240,8 +250,12 @@ class TracesSettings(BaseModel):
     teacher_options: dict[str, Any] = Field(default_factory=dict)
     benches: list[str] | None = None
     limit: PositiveInt | None = None
-    min_score_exact: float = Field(1.0, description="kept when scored at least this (yes/no, choices)")
-    min_score_graded: float = Field(0.5, description="kept when scored at least this (points, boxes, grasps)")
+    min_score_exact: float = Field(
+        default=1.0, description="kept when scored at least this (yes/no, choices)"
+    )
+    min_score_graded: float = Field(
+        default=0.5, description="kept when scored at least this (points, boxes, grasps)"
+    )
     min_score_by_family: dict[str, float] = Field(default_factory=dict, description="overrides per family")
     tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig())
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
@@ -398,19 +412,25 @@ class DIRLConfig(BaseModel):
             )
         return self
 
-    def stage_settings(self, block: BaseModel) -> dict[str, Any]:
-        """A stage block's settings over the recipe's: its `tools` and `rollout` are the recipe's with the
-        fields the block names on top, its `seed`, `device` and `report_to` the recipe's unless it sets them."""
+    def resolved(self, block: Block) -> Block:
+        """A stage block with the recipe's settings in, typed and validated: its `tools` and `rollout` are
+        the recipe's with the fields the block names on top, its `seed`, `device` and `report_to` the
+        recipe's unless it sets them."""
         fields = type(block).model_fields
-        given = block.model_dump(exclude_unset=True)
         shared = {"seed": self.seed, "device": self.device, "report_to": self.report_to}
         values = {key: value for key, value in shared.items() if key in fields}
-        values.update(given)
+        values.update({name: getattr(block, name) for name in block.model_fields_set})
         for name in ("tools", "rollout"):
             if name in fields:
-                values[name] = {**getattr(self, name).model_dump(), **given.get(name, {})}
-        return values
+                recipe, own = getattr(self, name), getattr(block, name)
+                named = {field: getattr(own, field) for field in own.model_fields_set}
+                values[name] = type(recipe).model_validate({**dict(recipe), **named})
+        return type(block).model_validate(values)
+
+    def stage_settings(self, block: BaseModel) -> dict[str, Any]:
+        """`resolved(block)` as the plain settings a stage config validates from."""
+        return self.resolved(block).model_dump()
 
     def stage_rollout(self, block: GRPOSettings | TracesSettings) -> RolloutConfig:
         """How a stage's episodes run: the recipe's `rollout` with the block's own on top."""
-        return RolloutConfig.model_validate(self.stage_settings(block)["rollout"])
+        return self.resolved(block).rollout

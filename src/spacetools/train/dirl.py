@@ -39,6 +39,7 @@ from spacetools.bench.runlog import run_log
 from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
 from spacetools.kit.loading import load_processor
+from spacetools.toolshed import ToolsConfig
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.train.base_models import BASE_MODELS, get_base_model
@@ -290,10 +291,8 @@ class DIRLRun(StagedRun):
         (folder / BASELINE_FILE).write_text(json.dumps(guesses, indent=2) + "\n", encoding="utf-8")
 
     async def _universal_traces(self, folder: Path) -> None:
-        settings = self.config.stage_settings(self.config.universal_teacher)
-        config = TracesConfig.model_validate(
-            {"data": self.train_data, "out": folder / "traces.jsonl", **settings}
-        )
+        settings = self.config.resolved(self.config.universal_teacher)
+        config = TracesConfig(**dict(settings), data=self.train_data, out=folder / "traces.jsonl")
         counts = await collect_traces_async(config)
         (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
 
@@ -350,17 +349,20 @@ class DIRLRun(StagedRun):
     def _grpo_config(
         self, block: GRPOSettings, model: Path, out: Path, data: Path | None = None, **extra: Any
     ) -> GRPOConfig:
-        settings = {**self.config.stage_settings(block), **extra}
-        return GRPOConfig.model_validate(
-            {"model": model, "data": data or self.train_data, "out": out, **settings}
-        )
+        """Stage 1's or 2's config: the block resolved over the recipe, `extra` settings on top."""
+        settings = {**dict(self.config.resolved(block)), **extra}
+        return GRPOConfig(**settings, model=model, data=data or self.train_data, out=out)
+
+    def _irl_tools(self, tools: ToolsConfig) -> ToolsConfig:
+        """`tools` with the IRL teacher's one tool set."""
+        return ToolsConfig.model_validate({**dict(tools), "toolset": self.config.irl_toolset})
 
     @property
     def _irl_benches(self) -> list[str]:
         return [f"spatialsim_{family}" for family in self.config.irl_families]
 
     async def _irl_teacher(self, folder: Path) -> None:
-        tools = {**self.config.stage_settings(self.config.irl)["tools"], "toolset": self.config.irl_toolset}
+        tools = self._irl_tools(self.config.resolved(self.config.irl).tools)
         start = self.stage_dir("sft_cold_start") / "model" if self.config.cold_start else self.base_model
         config = self._grpo_config(self.config.irl, start, folder, tools=tools, benches=self._irl_benches)
         with self.monitor(config) as progress:
@@ -368,17 +370,15 @@ class DIRLRun(StagedRun):
 
     async def _irl_traces(self, folder: Path) -> None:
         # The IRL teacher answers the questions it was trained on, with the limits it was trained with.
-        config = TracesConfig.model_validate(
-            {
-                "data": self.train_data,
-                "out": folder / "traces.jsonl",
-                "teacher": str(self.stage_dir("irl_teacher") / "model"),
-                "teacher_options": {"device": self.config.device},
-                "benches": self._irl_benches,
-                "limit": self.config.irl_traces_limit,
-                "tools": self.config.tools,
-                "rollout": self.config.stage_rollout(self.config.irl),
-            }
+        config = TracesConfig(
+            data=self.train_data,
+            out=folder / "traces.jsonl",
+            teacher=str(self.stage_dir("irl_teacher") / "model"),
+            teacher_options={"device": self.config.device},
+            benches=self._irl_benches,
+            limit=self.config.irl_traces_limit,
+            tools=self.config.tools,
+            rollout=self.config.stage_rollout(self.config.irl),
         )
         counts = await collect_traces_async(config)
         (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
@@ -411,9 +411,9 @@ class DIRLRun(StagedRun):
         block = (
             cold_start.sft if cold_start is not None and traces == "traces_cold_start" else self.config.sft
         )
-        settings = self.config.stage_settings(block)
+        settings = dict(self.config.resolved(block))
         data = self.stage_dir(traces) / "traces.jsonl"
-        config = SFTConfig.model_validate({"model": self.base_model, "data": data, "out": folder, **settings})
+        config = SFTConfig(**settings, model=self.base_model, data=data, out=folder)
         with self.monitor(config) as progress:
             train_sft(config, progress=progress)
 
@@ -462,17 +462,17 @@ class DIRLRun(StagedRun):
     async def _cold_start_traces(self, folder: Path) -> None:
         """The scripted teacher with the IRL tool set on the cold start's questions, with stage 1's limits."""
         assert self.config.cold_start is not None
-        settings = self.config.stage_settings(self.config.universal_teacher)
-        config = TracesConfig.model_validate(
-            {
-                **settings,
-                "teacher": "scripted",
-                "data": self.stage_dir("data") / "cold_start",
-                "out": folder / "traces.jsonl",
-                "benches": self._irl_benches,
-                "tools": {**settings["tools"], "toolset": self.config.irl_toolset},
-                "rollout": self.config.stage_rollout(self.config.irl),
-            }
+        teacher = self.config.resolved(self.config.universal_teacher)
+        settings = {
+            **dict(teacher),
+            "teacher": "scripted",
+            "benches": self._irl_benches,
+            "limit": None,  # every question of the cold start's own set
+            "tools": self._irl_tools(teacher.tools),
+            "rollout": self.config.stage_rollout(self.config.irl),
+        }
+        config = TracesConfig(
+            **settings, data=self.stage_dir("data") / "cold_start", out=folder / "traces.jsonl"
         )
         counts = await collect_traces_async(config)
         (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
