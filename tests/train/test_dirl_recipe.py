@@ -77,6 +77,10 @@ def test_the_reviewers_recipe_runs_end_to_end(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert set(block["gains"]) == {"placebo", "seed 1", "sampled"}
     assert "gain, placebo (paired)" in (out / "results.md").read_text()
+    # Pooled over the families stage 2 trained, for the full run and each control.
+    assert block["pooled_keys"] == chosen["trained"]
+    assert set(block["pooled_gains"]) == {"full DIRL", "placebo", "seed 1", "sampled"}
+    assert block["pooled_gains"]["full DIRL"]["n"] == 4  # 2 questions of each family
     # A rerun only reports.
     config = tmp_path / "recipe.yaml"
     config.write_text(yaml.safe_dump(RECIPE))

@@ -11,7 +11,7 @@ import pytest
 from spacetools.agent.rollout import RolloutConfig
 from spacetools.train.config import DIRLConfig
 from spacetools.train.limits import check_token_limits, longest_teacher_turn
-from spacetools.train.results import paired_headline_gain, results_table
+from spacetools.train.results import paired_headline_gain, pooled_gain, results_table
 
 KEY = "spatialsim_cvb2drelation"
 
@@ -145,3 +145,20 @@ def test_the_controls_get_their_own_columns_and_paired_gains() -> None:
     assert "| GRPO gain over SFT (paired) | gain, placebo (paired) |" in table
     assert "| 71.0 | 75.0 | 70.0 | +4.0 [-1.0, +9.0] | -1.0 [-3.0, +1.0] |" in table
     assert "| valid turn rate | | | 1.00 | 1.00 | 1.00 | | |" in table
+
+
+def test_the_pooled_gain_pairs_every_trained_familys_questions() -> None:
+    other = "spatialsim_reflocation"
+    before = _rows([False] * 20) + [
+        {**row, "id": f"{other}/{i}", "data_source": other} for i, row in enumerate(_rows([True] * 20))
+    ]
+    after = _rows([True] * 20) + [
+        {**row, "id": f"{other}/{i}", "data_source": other}
+        for i, row in enumerate(_rows([True] * 10 + [False] * 10))
+    ]
+    gain = pooled_gain(before, after, [KEY, other])
+    assert gain is not None and gain["n"] == 40
+    assert gain["gain"] == pytest.approx((20 * 100 - 10 * 100) / 40)  # +20 on one family, -10 on the other
+    assert gain["low"] < gain["gain"] < gain["high"]
+    assert pooled_gain(before, after, [KEY])["gain"] == pytest.approx(100.0)  # type: ignore[index]
+    assert pooled_gain(before, after, ["spatialsim_nothing"]) is None

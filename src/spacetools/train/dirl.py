@@ -130,15 +130,7 @@ class DIRLRun(StagedRun):
         # Each model is evaluated as soon as it exists, on every held-out set; the untrained base last.
         await self.stage("eval_sft", lambda folder: self._evaluate(self.stage_dir("sft") / "model", folder))
         if config.data.second_eval_seed is not None:
-            await self.stage(
-                "eval_sft_2",
-                lambda folder: self._evaluate(
-                    self.stage_dir("sft") / "model",
-                    folder,
-                    data=self.second_eval_data,
-                    limit=self.second_eval_limit,
-                ),
-            )
+            await self.stage("eval_sft_2", functools.partial(self._evaluate_second, "sft"))
         if config.grpo_families == "beats_constant":
             await self.stage(
                 "eval_sft_validation",
@@ -155,15 +147,7 @@ class DIRLRun(StagedRun):
         trained = ["irl_teacher", "sft", "grpo"] + (["sft_cold_start"] if config.cold_start else [])
         trained += await self._stage_two_controls()
         if config.data.second_eval_seed is not None:
-            await self.stage(
-                "eval_dirl_2",
-                lambda folder: self._evaluate(
-                    self.stage_dir("grpo") / "model",
-                    folder,
-                    data=self.second_eval_data,
-                    limit=self.second_eval_limit,
-                ),
-            )
+            await self.stage("eval_dirl_2", functools.partial(self._evaluate_second, "grpo"))
         await self.stage(
             "eval_base",
             lambda folder: self._evaluate(self.base_model, folder, limit=config.ablation_eval_limit),
@@ -211,6 +195,7 @@ class DIRLRun(StagedRun):
                 "sft": self.stage_dir("eval_sft"),
                 "dirl": self.stage_dir("eval_dirl"),
                 "pairs": {name: tuple(map(self.stage_dir, pair)) for name, pair in pairs.items()},
+                "pooled": self._trained_benches(),
             }
         }
         if self.config.data.second_eval_seed is not None:
@@ -427,6 +412,11 @@ class DIRLRun(StagedRun):
         with self.monitor(config) as progress:
             await train_grpo_async(config, progress=progress)
 
+    def _trained_benches(self) -> list[str]:
+        """The benchmarks stage 2 trained (every evaluated one when its config named none)."""
+        benches = json.loads((self.stage_dir("grpo") / "config.json").read_text(encoding="utf-8"))["benches"]
+        return sorted(benches or Summary.load(self.stage_dir("eval_sft") / "summary.json").benchmarks)
+
     def _choose_grpo_families(self, folder: Path) -> None:
         """Stage 2's families: those whose SFT interval on the validation set is above the constant guess;
         every family, said in the log and the file, when none is."""
@@ -458,6 +448,11 @@ class DIRLRun(StagedRun):
 
     async def _evaluate_stage(self, stage: str, folder: Path, temperature: float = 0.0) -> None:
         await self._evaluate(self.stage_dir(stage) / "model", folder, temperature=temperature)
+
+    async def _evaluate_second(self, stage: str, folder: Path) -> None:
+        """The model of `stage` on the second held-out set."""
+        model = self.stage_dir(stage) / "model"
+        await self._evaluate(model, folder, data=self.second_eval_data, limit=self.second_eval_limit)
 
     async def _cold_start_traces(self, folder: Path) -> None:
         """The scripted teacher with the IRL tool set on the cold start's questions, with stage 1's limits."""

@@ -55,6 +55,31 @@ def paired_headline_gain(
     return gains
 
 
+def pooled_gain(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> dict[str, float] | None:
+    """`after` − `before` in accuracy ×100 pooled over the questions of the benchmarks `keys` both scored
+    (each question counts once, whatever its family), with its paired 95% bootstrap interval; None when no
+    question pairs."""
+    first, second = scores_by_benchmark(before), scores_by_benchmark(after)
+    pairs = [
+        (first[key][sample_id], second[key][sample_id])
+        for key in keys
+        if key in first and key in second
+        for sample_id in first[key]
+        if sample_id in second[key]
+    ]
+    if not pairs:
+        return None
+    change = np.array([100.0 * (float(b.get("acc", 0.0)) - float(a.get("acc", 0.0))) for a, b in pairs])
+
+    def difference(indices: Sequence[int] | np.ndarray) -> dict[str, float]:
+        return {"gain": float(change[np.asarray(indices)].mean())}
+
+    low, high = bootstrap.statistic_intervals(len(pairs), difference)["gain"]
+    return {"gain": difference(range(len(pairs)))["gain"], "low": low, "high": high, "n": len(pairs)}
+
+
 def _paired_gain(key: str, left: list[Any], right: list[Any]) -> dict[str, float]:
     """`right` − `left` in headline, `left[i]` and `right[i]` scoring the same question."""
 
@@ -104,6 +129,18 @@ def results_table(results: Mapping[str, Any]) -> str:
             + " | ".join(f"{block['evaluations'][c]['valid_turn_rate']:.2f}" for c in columns)
             + " |" * (len(gain_columns) + 1)
         )
+        pooled = block.get("pooled_gains", {})
+        if pooled:
+            keys = ", ".join(block["pooled_keys"])
+            lines += [
+                "",
+                f"Paired gain over SFT in accuracy ×100, pooled over the trained families ({keys}):",
+                "",
+            ]
+            lines += [
+                f"- {name}: {_gain_cell(gain)} (n {gain['n'] if gain else 0})"
+                for name, gain in pooled.items()
+            ]
         lines.append("")
     return "\n".join(lines)
 
@@ -139,6 +176,14 @@ def write_results(
             }
         before, after = (run_rows(Path(spec[stage])) for stage in ("sft", "dirl"))
         gain = paired_headline_gain(before, after) if before is not None and after is not None else {}
+        pooled_keys = spec.get("pooled", [])
+        pooled = {
+            control: pooled_gain(run_rows(Path(first)) or [], run_rows(Path(second)) or [], pooled_keys)
+            for control, (first, second) in {
+                "full DIRL": (spec["sft"], spec["dirl"]),
+                **spec.get("pairs", {}),
+            }.items()
+        }
         controls = {
             control: paired_headline_gain(run_rows(Path(first)) or [], run_rows(Path(second)) or [])
             for control, (first, second) in spec.get("pairs", {}).items()
@@ -149,6 +194,7 @@ def write_results(
             "evaluations": evaluations,
             "grpo_gain": gain,
             **({"gains": controls} if controls else {}),
+            **({"pooled_keys": list(pooled_keys), "pooled_gains": pooled} if pooled_keys else {}),
         }
     results = {"held_out": blocks, "training_reward_gain": training_reward_gain}
     (out / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
