@@ -129,7 +129,7 @@ def test_the_lora_reference_is_the_policy_with_its_adapter_disabled(setup: tuple
     config = _config(model_path, data, Path("unused")).model_copy(
         update={"trainable": "lora", "kl_coef": 0.1}
     )
-    assert load_reference(config) is None  # no second model
+    assert load_reference(config, None, resumed=False) is None  # no second model
     policy = load_policy_model(model_path, config, resume=False)
     with torch.no_grad():  # a trained adapter: the policy moves away from its base
         for name, weight in policy.named_parameters():
@@ -146,3 +146,42 @@ def test_the_lora_reference_is_the_policy_with_its_adapter_disabled(setup: tuple
     reference = reference_logprobs(policy, None, example, config, None)
     assert reference is not None and torch.allclose(reference, base, atol=1e-5)
     assert not torch.allclose(moved, base, atol=1e-3)
+
+
+def test_the_last_layers_reference_shares_the_frozen_layers_and_equals_the_starting_model(
+    setup: tuple[Path, Path],
+) -> None:
+    from spacetools.kit.loading import load_processor, load_vlm
+    from spacetools.kit.trainable import decoder_layers
+    from spacetools.train.episodes import encode_episode, forward_logprobs
+    from spacetools.train.grpo import load_policy_model, load_reference, policy_logprobs, reference_logprobs
+    from spacetools.train.reference import LastLayersReference
+
+    model_path, data = setup
+    config = _config(model_path, data, Path("unused")).model_copy(
+        update={"trainable": "last_layers:1", "kl_coef": 0.1}
+    )
+    policy = load_policy_model(model_path, config, resume=False)
+    reference = load_reference(config, policy, resumed=False)
+    assert isinstance(reference, LastLayersReference) and len(reference.layers) == 1
+    with torch.no_grad():  # a trained last layer: the policy moves away from its start
+        for weight in decoder_layers(policy)[1][-1].parameters():
+            weight.add_(0.05 * torch.randn_like(weight))
+    messages = [
+        {"role": "user", "content": "Where is the mug?"},
+        {"role": "assistant", "content": "(0.5, 0.5)"},
+    ]
+    example = encode_episode(load_processor(model_path), messages, [])
+    start = forward_logprobs(load_vlm(model_path), example, "cpu", temperature=config.temperature)
+    moved = policy_logprobs(policy, reference, example, config, None)
+    shared = reference_logprobs(policy, reference, example, config, None)
+    assert shared is not None and torch.allclose(shared, start.detach(), atol=1e-5)
+    assert moved.requires_grad and not torch.allclose(moved.detach(), start.detach(), atol=1e-3)
+    with pytest.raises(RuntimeError, match="capture"):  # one policy forward serves one reference pass
+        reference.hidden()
+    # A resumed stage takes the starting weights from the starting model, not from its trained policy.
+    resumed = load_reference(config, policy, resumed=True)
+    with resumed.capture():
+        forward_logprobs(policy, example, "cpu", temperature=config.temperature)
+    again = reference_logprobs(policy, resumed, example, config, None)
+    assert again is not None and torch.allclose(again, start.detach(), atol=1e-5)

@@ -71,16 +71,23 @@ def decoder_layers(model: Any) -> tuple[str, torch.nn.ModuleList]:
 
 def freeze_all_but_last_layers(model: Any, count: int) -> None:
     """Train the last `count` decoder layers and the final norm after them; freeze everything else."""
-    name, layers = decoder_layers(model)
+    _, layers = decoder_layers(model)
     if count > len(layers):
         raise ValueError(f"last_layers:{count}, but the model has {len(layers)} decoder layers")
     model.requires_grad_(False)
     for layer in layers[len(layers) - count :]:
         layer.requires_grad_(True)
+    norm = decoder_norm(model)
+    if norm is not None:
+        norm.requires_grad_(True)
+
+
+def decoder_norm(model: Any) -> torch.nn.Module | None:
+    """The final norm after the decoder layers (the `norm` beside them), if the model has one."""
+    name, _ = decoder_layers(model)
     parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
     norm = getattr(parent, "norm", None)
-    if isinstance(norm, torch.nn.Module):
-        norm.requires_grad_(True)
+    return norm if isinstance(norm, torch.nn.Module) else None
 
 
 def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:

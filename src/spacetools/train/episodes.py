@@ -83,12 +83,34 @@ def forward_logprobs(
     """
     ids = example.ids.unsqueeze(0).to(device)  # (1, T)
     vision = {key: value.to(device) for key, value in example.vision.items()}
-    targets = example.mask.to(device).nonzero().squeeze(-1)  # (N,) positions the model wrote
-    targets = targets[targets > 0]  # no logit predicts position 0
     # The last hidden state, without the (T, V) logits (only the last position's are computed).
     out = model(input_ids=ids, **vision, output_hidden_states=True, logits_to_keep=1)
     hidden = out.hidden_states[-1][0]  # (T, H)
-    head = model.get_output_embeddings()
+    return logprobs_from_hidden(
+        hidden,
+        model.get_output_embeddings(),
+        ids[0],
+        example.mask,
+        blocked,
+        temperature=temperature,
+        chunk=chunk,
+    )
+
+
+def logprobs_from_hidden(
+    hidden: torch.Tensor,
+    head: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    blocked: list[int] | None = None,
+    *,
+    temperature: float = 1.0,
+    chunk: int = LOGPROB_CHUNK,
+) -> torch.Tensor:
+    """`(1, T)` log-probabilities of the model tokens (`mask (T,)` 1) of `ids (T,)` from the last hidden
+    states `hidden (T, H)` through the output `head`, as `forward_logprobs` scores them."""
+    targets = mask.to(hidden.device).nonzero().squeeze(-1)  # (N,) positions the model wrote
+    targets = targets[targets > 0]  # no logit predicts position 0
     blocked_ids = torch.tensor(blocked or [], dtype=torch.long, device=hidden.device)
 
     def score(states: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:  # (C, H), (C,) -> (C,)
@@ -99,12 +121,12 @@ def forward_logprobs(
 
     picked = []
     for positions in targets.split(chunk):
-        states, tokens = hidden[positions - 1], ids[0, positions]
+        states, tokens = hidden[positions - 1], ids[positions].to(hidden.device)
         if torch.is_grad_enabled():
             picked.append(checkpoint(score, states, tokens, use_reentrant=False))
         else:
             picked.append(score(states, tokens))
-    logp = torch.zeros(ids.shape[1], device=hidden.device, dtype=torch.float32)
+    logp = torch.zeros(ids.shape[0], device=hidden.device, dtype=torch.float32)
     if picked:
         logp = logp.index_put((targets,), torch.cat(picked))
     return logp.unsqueeze(0)

@@ -45,8 +45,9 @@ from spacetools.train.checkpoint import (
     truncate_metrics,
 )
 from spacetools.train.config import GRPOConfig, record_config
-from spacetools.train.episodes import Example, forward_logprobs, recorded_example
+from spacetools.train.episodes import Example, forward_logprobs, logprobs_from_hidden, recorded_example
 from spacetools.train.objectives import group_advantages, grpo_loss
+from spacetools.train.reference import LastLayersReference
 from spacetools.train.sampling import (
     ZeroRewardWatch,
     cut_turns,
@@ -74,20 +75,33 @@ def load_policy_model(path: Path, config: GRPOConfig, *, resume: bool) -> Any:
     )
 
 
-def load_reference(config: GRPOConfig) -> Any:
-    """The frozen starting model of the KL penalty (an adapter merged into its base); None with LoRA,
-    whose reference is the policy with its adapter disabled (as TRL does: no second model)."""
+def load_reference(config: GRPOConfig, policy: Any, *, resumed: bool) -> Any:
+    """The frozen starting model of the KL penalty, as little of it as needs holding: None with LoRA (the
+    reference is the policy with its adapter disabled, as TRL does); with `last_layers:k` the starting
+    weights of those layers alone, run on the policy's own frozen hidden states (`LastLayersReference`);
+    else the whole starting model (an adapter merged into its base)."""
     if config.trainable == "lora":
         return None
+    if config.trainable.startswith("last_layers:"):
+        count = int(config.trainable.partition(":")[2])
+        source = load_vlm(config.model, device=config.device, dtype=config.dtype) if resumed else policy
+        return LastLayersReference(policy, source, count)
     return load_vlm(config.model, device=config.device, dtype=config.dtype)
 
 
 def reference_logprobs(
     model: Any, reference: Any, example: Example, config: GRPOConfig, blocked: list[int] | None
 ) -> torch.Tensor | None:
-    """`(1, T)` log-probabilities of the episode under the KL reference, or None without a KL term."""
+    """`(1, T)` log-probabilities of the episode under the KL reference, or None without a KL term.
+    A `LastLayersReference` reads the policy forward that `policy_logprobs` just ran."""
     if config.kl_coef <= 0:
         return None
+    if isinstance(reference, LastLayersReference):
+        ids = example.ids.to(config.device)
+        with torch.no_grad():
+            return logprobs_from_hidden(
+                reference.hidden(), reference.head, ids, example.mask, blocked, temperature=config.temperature
+            )
     adapter_off = model.disable_adapter() if reference is None else contextlib.nullcontext()
     with torch.no_grad(), adapter_off:
         return forward_logprobs(
@@ -97,6 +111,16 @@ def reference_logprobs(
             blocked,
             temperature=config.temperature,
         )
+
+
+def policy_logprobs(
+    model: Any, reference: Any, example: Example, config: GRPOConfig, blocked: list[int] | None
+) -> torch.Tensor:
+    """`(1, T)` log-probabilities of the episode under the policy (with gradients); a `LastLayersReference`
+    keeps the hidden states entering the trained layers, for the reference's own last layers."""
+    capture = reference.capture() if isinstance(reference, LastLayersReference) else contextlib.nullcontext()
+    with capture:
+        return forward_logprobs(model, example, config.device, blocked, temperature=config.temperature)
 
 
 def stop_token_ids(model: Any, processor: Any) -> list[int]:
@@ -179,7 +203,7 @@ def policy_update(
     done = Update(tokens=sum(int(e.mask.sum()) for e in examples))
     for example, advantage in zip(examples, advantages, strict=True):
         mask = example.mask.unsqueeze(0).to(config.device)  # (1, T)
-        logp = forward_logprobs(model, example, config.device, blocked, temperature=config.temperature)
+        logp = policy_logprobs(model, reference, example, config, blocked)
         assert example.logprobs is not None
         old_logp = example.logprobs.unsqueeze(0).to(config.device)  # (1, T)
         ref_logp = reference_logprobs(model, reference, example, config, blocked)
@@ -215,7 +239,7 @@ async def _train_grpo(
     checkpoint = config.out / CHECKPOINT_DIR
     state = load_checkpoint(checkpoint) if resume else None
     model = load_policy_model(checkpoint / MODEL_DIR if state else config.model, config, resume=bool(state))
-    reference = load_reference(config) if config.kl_coef > 0 else None
+    reference = load_reference(config, model, resumed=bool(state)) if config.kl_coef > 0 else None
     trainable = trainable_parameters(model)
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.0)
     start_step, stopped = 0, None
