@@ -1,9 +1,11 @@
 """Stage 2 of DIRL: multi-turn GRPO with live tools, readable top to bottom.
 
 Per step: take `prompts_per_step` questions, run `group_size` episodes of each through the project's own
-rollout against a Toolshed (tools live, in-process or a remote server), reward each episode with
-`compute_score`, normalise rewards within each group, and take one clipped policy-gradient step on the
-model's own tokens, with a KL penalty to the starting (SFT) model. The trainer never sees tool internals:
+rollout against a Toolshed (tools live, in-process or a remote server), reward each episode with what the
+evaluation measures (`train.sampling.measured_reward`), optionally drop groups of equal rewards for fresh
+prompts (DAPO's dynamic sampling), centre rewards within each group (Dr. GRPO; `scale_rewards` divides by
+the std), and take one clipped policy-gradient step on the model's own tokens, with a KL penalty to the
+starting (SFT) model. The trainer never sees tool internals:
 it reads the token-exact episodes the recording `HFPolicy` sampled (a step's episodes generated together,
 in batches) and the rollout's scores.
 
