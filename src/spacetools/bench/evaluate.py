@@ -325,8 +325,7 @@ def evaluate(policy: Policy, config: EvalConfig, *, console: Console | None = No
         try:
             return await evaluate_async(policy, config, console=console)
         finally:
-            close = getattr(policy, "aclose", None)
-            if close is not None:
-                await close()
+            if isinstance(policy, Policy):  # one with only `name` and `act` holds nothing to close
+                await policy.aclose()
 
     return asyncio.run(run_then_close())

@@ -31,7 +31,7 @@ from spacetools.agent.policies.scripted.replay import (
     format_tool_turn,
     tool_batches,
 )
-from spacetools.agent.types import EpisodeState, Task
+from spacetools.agent.types import EpisodeState, Policy, Task
 from spacetools.rewards.benchmarks import SPATIALSIM_PREFIX
 
 Plan = Callable[[Task, ToolReplay], Answer]
@@ -74,7 +74,7 @@ def choose_plan(task: Task) -> Plan:
         ) from None
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(Policy):
     """The deterministic expert: one tool chain per task family, answers from tool results only.
 
     It is the baseline and the stand-in for the universal teacher. It sees the question, the images,
