@@ -2,7 +2,7 @@
 
 A tool is a class whose methods marked `@tool_method` are what the model may call, by the public name
 `"<Tool.name>.<method>"`. Each method's arguments get one pydantic model, built from its type hints and
-its Google-style docstring (`kit.arguments`): it validates every call, and pydantic generates from it
+its Google-style docstring (`kit.argument_models`): it validates every call, and pydantic generates from it
 the JSON schema the model sees. A method may also declare which keys of its result's `value` are
 geometry (`@tool_method(geometry={"points": "points"})`), so that code such as the evaluation report
 draws them without knowing the tool.
@@ -29,7 +29,7 @@ import docstring_parser
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from spacetools.kit.arguments import (
+from spacetools.kit.argument_models import (
     ArgumentField,
     Variable,
     arguments_model,
@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 MAX_ERROR_CHARS = 500
-#: The method name under which the Toolshed sends a gathered batch of calls (see kit.batching).
+#: The method name under which the Toolshed sends a gathered batch of calls (see kit.batched_methods).
 BATCH_CALL = "__batch__"
 #: The kinds of geometry a tool method's `value` may hold under a key, all in normalized image
 #: coordinates of the image the call worked on: ``points`` (any number of ``[x, y]``), ``corners`` (the
@@ -392,12 +392,9 @@ def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: Too
     """Run one tool method on an instance; every exception becomes an error result.
 
     For the contexts without an event loop (a worker, an actor, a thread): an ``async def`` method runs
-    to completion on an event loop kept by the calling thread. A batch (`BATCH_CALL`) runs here too.
+    to completion on an event loop kept by the calling thread. A batch (`BATCH_CALL`) is not run here:
+    the backends send it to `batched_methods.invoke_call`.
     """
-    if method == BATCH_CALL:
-        from spacetools.kit.batching import invoke_batch  # builds on this module
-
-        return invoke_batch(tool, **kwargs)
     try:
         spec = tool_methods(type(tool))[method]
         if spec.is_async:

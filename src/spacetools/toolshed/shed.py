@@ -27,16 +27,16 @@ from spacetools.kit.definition import (
     error_result,
     tool_methods,
 )
-from spacetools.toolshed.arguments import (
+from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
+from spacetools.toolshed.backends import instance_factory, local_arguments
+from spacetools.toolshed.batcher import Batcher, batchers_for
+from spacetools.toolshed.call_arguments import (
     Arguments,
     call_seed,
     is_small,
     read_arguments,
     resolve_and_validate,
 )
-from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
-from spacetools.toolshed.backends import instance_factory, local_arguments
-from spacetools.toolshed.batching import Batcher, batchers_for
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
 from spacetools.toolshed.session import (
