@@ -38,6 +38,7 @@ from spacetools.kit.argument_models import (
     with_reference_hint,
 )
 from spacetools.kit.coroutines import run_to_completion
+from spacetools.kit.errors import ToolArgumentError, ToolError
 
 __all__ = [
     "BATCH_CALL",
@@ -75,14 +76,6 @@ _TOOL_METHOD_MARK = "__spacetools_tool_method__"
 _GEOMETRY_MARK = "__spacetools_geometry__"
 _F = TypeVar("_F", bound=Callable[..., Any])
 _log = logging.getLogger(__name__)
-
-
-class ToolError(Exception):
-    """An error the model should read: raise it inside a tool method."""
-
-
-class ToolArgumentError(ToolError):
-    """The arguments of a call do not match the tool method's signature."""
 
 
 @dataclass

@@ -20,13 +20,13 @@ import numpy as np
 
 from spacetools.kit.definition import (
     ToolContext,
-    ToolError,
     ToolMethod,
     ToolResult,
     ToolSpec,
     error_result,
     tool_methods,
 )
+from spacetools.kit.errors import ToolError
 from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
 from spacetools.toolshed.backends import instance_factory, local_arguments
 from spacetools.toolshed.batcher import Batcher, batchers_for
@@ -40,7 +40,6 @@ from spacetools.toolshed.call_arguments import (
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
 from spacetools.toolshed.session import (
-    SessionClosedError,
     SessionState,
     SessionStore,
     check_attachment,
@@ -92,6 +91,11 @@ class Session:
     def closed(self) -> bool:
         """True once the session was released or expired."""
         return self._state.closed
+
+    async def open(self) -> str:
+        """The session id; `UnknownSessionError` when the session is closed or expired (a session here
+        opens with `Toolshed.open_session`; a remote one opens on the server by this call)."""
+        return self._shed._store.get(self._state.id).id
 
     def add_image(self, image: np.ndarray, attachment: dict[str, Any] | None = None) -> int:
         """Append an image to the conversation; returns its `image_index`.
@@ -265,11 +269,8 @@ class Toolshed:
         return Session(self, self._store.create(images, checked, 0 if seed is None else seed))
 
     def session(self, session_id: str) -> Session:
-        """An open session by id; `KeyError` when it is closed or expired."""
-        try:
-            return Session(self, self._store.get(session_id))
-        except SessionClosedError as exc:
-            raise KeyError(str(exc)) from None
+        """An open session by id; `UnknownSessionError` (a `KeyError`) when it is closed or expired."""
+        return Session(self, self._store.get(session_id))
 
     def stats(self) -> dict[str, Any]:
         """Live statistics: per tool, plus sessions and variable memory."""
