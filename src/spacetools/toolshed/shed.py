@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from spacetools.kit.definition import (
+    Tool,
     ToolContext,
     ToolMethod,
     ToolResult,
@@ -173,14 +174,7 @@ class Toolshed:
             self._add(deployment)
 
     def _add(self, deployment: ToolDeployment) -> None:
-        tool_class = deployment.tool_class()
-        tool_class.check_config(deployment.config)  # a bad setting fails here, not in every instance
-        unknown = sorted(set(deployment.config) - tool_class.config_keys)
-        if tool_class.config_keys and unknown:  # a tool that names its settings takes no others
-            raise ValueError(
-                f"tool {tool_class.name!r} has no setting {', '.join(unknown)} "
-                f"(its settings: {', '.join(sorted(tool_class.config_keys))})"
-            )
+        tool_class = _checked_tool_class(deployment)
         if tool_class.name in self._routers:
             raise ValueError(f"tool {tool_class.name!r} is deployed twice")
         if "profile" in deployment.config:
@@ -300,7 +294,7 @@ class Toolshed:
         entry = self._methods.get(name)
         if entry is None:
             self._unknown_calls += 1
-            return ToolResult.error(self._unknown_tool_message(name))
+            return ToolResult.error(_unknown_tool_message(name, list(self._methods)))
         router, method = entry
         try:
             state = self._store.get(state.id)
@@ -373,8 +367,22 @@ class Toolshed:
         for router in self._routers.values():
             router.release_session(session_id)
 
-    def _unknown_tool_message(self, name: str) -> str:
-        known = list(self._methods)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
+
+def _checked_tool_class(deployment: ToolDeployment) -> type[Tool]:
+    """The deployment's tool class, its settings checked here (a bad one fails once, not in every
+    instance)."""
+    tool_class = deployment.tool_class()
+    tool_class.check_config(deployment.config)
+    unknown = sorted(set(deployment.config) - tool_class.config_keys)
+    if tool_class.config_keys and unknown:  # a tool that names its settings takes no others
+        raise ValueError(
+            f"tool {tool_class.name!r} has no setting {', '.join(unknown)} "
+            f"(its settings: {', '.join(sorted(tool_class.config_keys))})"
+        )
+    return tool_class
+
+
+def _unknown_tool_message(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
