@@ -100,8 +100,12 @@ async def _failures(kind: str) -> dict[str, Any]:
         await _opened(provider, [IMAGE])  # the second of MAX_SESSIONS
         outcomes["too many sessions"] = await _raised(_opened(provider, [IMAGE]))
         await close_on_server(session_id)
-        session.add_image(IMAGE)  # the added image goes to the server with `open()`
-        outcomes["unknown session"] = await _raised(session.open())
+
+        async def add_image_and_open() -> str:
+            session.add_image(IMAGE)  # a remote session sends it with `open()`
+            return await session.open()
+
+        outcomes["unknown session"] = await _raised(add_image_and_open())
         return outcomes
 
 

@@ -134,7 +134,9 @@ class SessionStore:
         self, state: SessionState, images: list[np.ndarray], attachments: list[dict[str, Any]]
     ) -> None:
         """Append images to a session, counted in its memory; `MemoryLimitError` (nothing added) when
-        they do not fit even after evicting variables."""
+        they do not fit even after evicting variables; `UnknownSessionError` when the session is closed."""
+        if state.closed:  # released meanwhile: its images would count against the store forever
+            raise UnknownSessionError(f"session {state.id} is closed or expired; open a new one")
         size = sum(image.nbytes for image in images)
         if state.image_bytes + size > self.max_session_bytes:
             raise MemoryLimitError(

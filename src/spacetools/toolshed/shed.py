@@ -27,7 +27,7 @@ from spacetools.kit.definition import (
     error_result,
     tool_methods,
 )
-from spacetools.kit.errors import ToolError
+from spacetools.kit.errors import ToolError, UnknownSessionError
 from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
 from spacetools.toolshed.backends import instance_factory, local_arguments
 from spacetools.toolshed.batcher import Batcher, batchers_for
@@ -350,7 +350,8 @@ class Toolshed:
             attachment = attachments[position] if attachments else None
             try:
                 kept.append(self._append_image(state, image, attachment))
-            except ValueError as exc:  # a bad picture, or one over the memory limit
+            # A bad picture, one over the memory limit, or the session closed while the tool ran.
+            except (ValueError, UnknownSessionError) as exc:
                 result.text += f"\n(Note: a picture the tool made was not kept: {exc})"
         result.image_indices = kept
 
