@@ -6,8 +6,8 @@ is `spacetools.toolshed.wire`; the limits the server enforces are `spacetools.to
 are `spacetools.toolshed.routes`, its answers and error handlers `spacetools.toolshed.http_responses`.
 
 Endpoints: `GET /health`, `GET /tools` (OpenAI function schemas), `GET /tools/hermes` (the prompt's
-`<tools>` block), `GET /tools/specs` (the specs with their geometry declarations, for `RemoteToolshed`), `POST /sessions`, `POST /sessions/{id}/calls[?images=true]`,
-`POST /sessions/{id}/images`, `DELETE /sessions/{id}`, `GET /stats`, `GET /metrics` (Prometheus).
+`<tools>` block), `GET /tools/specs` (the specs with their geometry declarations, for `RemoteToolshed`),
+`POST /sessions`, `POST /sessions/{id}/calls[?images=true]`, `POST /sessions/{id}/images`, `DELETE /sessions/{id}`, `GET /stats`, `GET /metrics` (Prometheus).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, status
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from spacetools.kit.errors import UnauthorizedError
@@ -113,7 +113,7 @@ class BearerTokenMiddleware:
             if not secrets.compare_digest(given, self._expected):
                 response = SafeJSONResponse(
                     {"detail": self._refusal, "code": UnauthorizedError.code},
-                    status_code=status.HTTP_401_UNAUTHORIZED,
+                    status_code=UnauthorizedError.status,
                     headers={"WWW-Authenticate": "Bearer"},
                 )
                 await response(scope, receive, send)
