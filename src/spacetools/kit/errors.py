@@ -130,7 +130,7 @@ class ToolArgumentError(ToolError):
 
 
 class UnknownVariableError(ToolError):
-    """A `"$name"` argument names no variable the session holds."""
+    """A `"$name"` argument names no variable the session holds (never made, or evicted)."""
 
     code = "unknown_variable"
 

@@ -27,7 +27,7 @@ from spacetools.toolshed.admission import CallAdmission, CallAdmissionMiddleware
 from spacetools.toolshed.deadlines import Deadlines
 from spacetools.toolshed.http_responses import SafeJSONResponse, add_error_handlers
 from spacetools.toolshed.limits import ServerLimits
-from spacetools.toolshed.routes import ServedState, calls_router, catalog, monitoring, sessions
+from spacetools.toolshed.routes import ServedState, add_call_route, catalog, monitoring, sessions
 from spacetools.toolshed.shed import Toolshed
 
 __all__ = ["BearerTokenMiddleware", "create_app", "return_freed_memory", "toolshed_for"]
@@ -91,8 +91,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
         app.add_middleware(BearerTokenMiddleware, token=limits.token)
     app.add_middleware(CallAdmissionMiddleware, admission=admission)  # the last added runs first
     add_error_handlers(app)
-    # The call route first: routes are tried in order, and it takes nearly every request.
-    app.include_router(calls_router(min(limits.max_call_body_bytes, limits.max_body_bytes)))
+    add_call_route(app, min(limits.max_call_body_bytes, limits.max_body_bytes))
     for router in (monitoring, catalog, sessions):
         app.include_router(router)
     return app

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import APIRouter, Depends, FastAPI, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
 from pydantic import TypeAdapter, ValidationError
@@ -49,7 +49,7 @@ from spacetools.toolshed.wire import (
     ToolSpecResponse,
 )
 
-__all__ = ["ServedState", "calls_router", "catalog", "monitoring", "sessions"]
+__all__ = ["ServedState", "add_call_route", "catalog", "monitoring", "sessions"]
 
 _T = TypeVar("_T")
 
@@ -97,10 +97,15 @@ OpenSession = Annotated[Session, Depends(open_session)]
 # --- the calls --------------------------------------------------------------------------------------
 
 
-def calls_router(max_body_bytes: int) -> APIRouter:
-    """The call endpoint, with its own body limit (smaller than the sessions' image uploads)."""
-    router = APIRouter()
-    router.add_api_route(
+def add_call_route(app: FastAPI, max_body_bytes: int) -> None:
+    """The call endpoint, with its own body limit (smaller than the sessions' image uploads).
+
+    Added to the app itself, not through an `APIRouter`: a route of an included router is matched by
+    FastAPI's include machinery, which costs more than the rest of a no-op call's routing (700 more
+    bytecodes a call, `benchmarks/callpath_profile.py`). Added first: routes are tried in order, and this
+    one takes nearly every request.
+    """
+    app.add_api_route(
         "/sessions/{session_id}/calls",
         call,
         methods=["POST"],
@@ -111,7 +116,6 @@ def calls_router(max_body_bytes: int) -> APIRouter:
             "requestBody": {"required": True, "content": {"application/json": {"schema": _CALLS_SCHEMA}}},
         },
     )
-    return router
 
 
 async def call(request: Request) -> Response:
