@@ -84,8 +84,12 @@ Shed = Annotated[Toolshed, Depends(toolshed)]
 
 def open_session(request: Request, session_id: str) -> Session:
     """The open session the path names (a dependency); `UnknownSessionError` (404) when there is none."""
+    return _session(served(request).toolshed, session_id)
+
+
+def _session(shed: Toolshed, session_id: str) -> Session:
     try:
-        return served(request).toolshed.session(session_id)
+        return shed.session(session_id)
     except UnknownSessionError:
         raise UnknownSessionError(
             f"session {session_id} is closed, expired or unknown; open a new one with POST /sessions"
@@ -129,7 +133,7 @@ async def call(request: Request) -> Response:
     state = served(request)
     limits, admission = state.limits, state.admission
     images = _images_parameter(request)
-    session = open_session(request, request.path_params["session_id"])
+    session = _session(state.toolshed, request.path_params["session_id"])
     # Parsed off the event loop unless small. Reading JSON holds the interpreter lock all the
     # same, and so does the walk of the arguments for slices of 5 ms: what bounds the stall of
     # the other requests is `max_call_body_bytes`.
