@@ -102,7 +102,8 @@ def test_leftovers_of_a_killed_conversion_go_and_an_empty_folder_is_filled(
 def test_two_concurrent_gets_convert_once(tmp_path: Path, small_conversion: list[Path]) -> None:
     results: list[Path] = []
     threads = [
-        threading.Thread(target=lambda: results.append(get_base_model(NAME, tmp_path / "m"))) for _ in range(2)
+        threading.Thread(target=lambda: results.append(get_base_model(NAME, tmp_path / "m")))
+        for _ in range(2)
     ]
     for thread in threads:
         thread.start()

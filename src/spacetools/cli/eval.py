@@ -27,6 +27,7 @@ from spacetools.bench.evaluate import (
 from spacetools.bench.runlock import RunFolderBusyError
 from spacetools.bench.summary import Summary
 from spacetools.cli.options import (
+    RUN_FOLDER,
     ProfileOption,
     check_device,
     check_out_folder,
@@ -155,7 +156,7 @@ def run(
             raise typer.BadParameter(f"must be at least 1, got {value}", param_hint=hint)
     benches = comma_list(bench)
     _check_data(data, benches)
-    check_out_folder(out)
+    check_out_folder(out, own=RUN_FOLDER)
     if system_prompt is not None:
         read_text_file(system_prompt, "--system-prompt")
     options = key_values(option)

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from spacetools.bench.runlock import LOCK_FILE
+from spacetools.kit.ownfolders import ForeignFolderError, check_own_folder
 from spacetools.sim.realism import PROFILE_NAMES, get_profile
 from spacetools.toolshed.connection import DEFAULT_PROFILE
 
@@ -41,14 +43,25 @@ def seed_option(help: str) -> Any:
     return typer.Option("--seed", min=0, help=help)
 
 
-def check_out_folder(path: Path, param_hint: str = "--out") -> Path:
-    """``path`` as a folder to write into: it, or the nearest part of it that exists, must be a folder."""
+RUN_FOLDER = (LOCK_FILE, "a spacetools run folder")
+"""The `own` of `check_out_folder` for the commands that write a run folder (the lock is written first)."""
+
+
+def check_out_folder(path: Path, param_hint: str = "--out", *, own: tuple[str, str] | None = None) -> Path:
+    """``path`` as a folder to write into: it, or the nearest part of it that exists, must be a folder.
+    ``own``: (the file the command writes first, what such a folder is): a folder that is not empty must
+    hold it, and no symlink at its top (`kit.ownfolders`)."""
     for part in (path, *path.parents):
         if part.exists():
             if not part.is_dir():
                 where = "is a file" if part == path else f"is under {part}, which is a file"
                 raise typer.BadParameter(f"{path} {where}, not a folder", param_hint=param_hint)
             break
+    if own is not None:
+        try:
+            check_own_folder(path, *own, option=param_hint)
+        except ForeignFolderError as error:
+            raise typer.BadParameter(str(error), param_hint=param_hint) from None
     return path
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from spacetools.agent.policies import make_policy
 from spacetools.bench.progress import progress_bar
-from spacetools.cli.options import ProfileOption, check_out_folder, comma_list, key_values
+from spacetools.cli.options import RUN_FOLDER, ProfileOption, check_out_folder, comma_list, key_values
 from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES as ROBOT_MAX_BODY_BYTES
 from spacetools.tools.robot.http_client import DEFAULT_MAX_CONNECTIONS as ROBOT_MAX_CONNECTIONS
 from spacetools.tools.robot.http_client import TOKEN_ENV as ROBOT_TOKEN_ENV
@@ -107,7 +107,7 @@ def evaluate(
 
     if policy not in ROBOT_POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; choose one of: {', '.join(ROBOT_POLICIES)}")
-    check_out_folder(out)
+    check_out_folder(out, own=RUN_FOLDER)
     chosen_categories = tuple(comma_list(categories) or CATEGORIES)
     unknown = [c for c in chosen_categories if c not in CATEGORIES]
     if unknown:

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
-from spacetools.cli.options import check_device, check_model_folder, check_out_folder
+from spacetools.cli.options import RUN_FOLDER, check_device, check_model_folder, check_out_folder
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
@@ -153,7 +153,9 @@ def sft(
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only); resumable."""
     from spacetools.train.sft import train_sft
 
-    settings = _config(SFTConfig, config, overrides, model=model, data=data, out=check_out_folder(out))
+    settings = _config(
+        SFTConfig, config, overrides, model=model, data=data, out=check_out_folder(out, own=RUN_FOLDER)
+    )
     _check_startup(settings.model, settings.device)
     with contextlib.ExitStack() as held:
         _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before anything writes there
@@ -185,7 +187,7 @@ def grpo(
         overrides,
         model=model,
         data=data,
-        out=check_out_folder(out),
+        out=check_out_folder(out, own=RUN_FOLDER),
         tools={"toolshed_url": toolshed_url},
     )
     _check_startup(settings.model, settings.device)
@@ -219,7 +221,7 @@ def dirl(
     named = settings.base_model == "tiny" or settings.base_model in BASE_MODELS
     _check_startup(None if named else Path(settings.base_model).expanduser(), settings.device)
     console = Console()
-    _run(lambda: run_dirl(settings, check_out_folder(out), console=console))
+    _run(lambda: run_dirl(settings, check_out_folder(out, own=RUN_FOLDER), console=console))
     typer.echo((out / TABLE_FILE).read_text(encoding="utf-8"))
     gain = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))["training_reward_gain"]
     if gain is not None:

@@ -22,7 +22,9 @@ class UnsafeLockFileError(ValueError):
 def open_lock_file(path: Path) -> int:
     """A descriptor of the regular file at ``path`` (created when missing, never followed as a symlink)."""
     try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        descriptor = os.open(
+            path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644
+        )
     except OSError as error:
         if path.is_symlink():
             raise UnsafeLockFileError(

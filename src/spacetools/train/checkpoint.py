@@ -76,7 +76,9 @@ def load_checkpoint(path: Path, total_steps: int | None = None) -> dict[str, Any
         raise CheckpointError(path, state_file, f"not a trainer state (it needs {', '.join(STATE_KEYS)})")
     step = state["step"]
     if total_steps is not None and (type(step) is not int or not 0 < step <= total_steps):
-        raise CheckpointError(path, state_file, f"step {step!r} is not a step of this run (1 to {total_steps})")
+        raise CheckpointError(
+            path, state_file, f"step {step!r} is not a step of this run (1 to {total_steps})"
+        )
     return state
 
 
