@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,10 +97,20 @@ def key_values(values: list[str] | None, param_hint: str = "--option") -> dict[s
         if not sep or not key.strip():
             raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint=param_hint)
         try:
-            options[key.strip()] = json.loads(raw)
+            options[key.strip()] = json.loads(raw, parse_float=_finite, parse_constant=_finite)
         except json.JSONDecodeError:
             options[key.strip()] = raw
+        except ValueError as error:
+            raise typer.BadParameter(f"{item!r}: {error}", param_hint=param_hint) from None
     return options
+
+
+def _finite(text: str) -> float:
+    """A JSON number that is finite (`1e999`, `Infinity` and `NaN` are refused, as in every config)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is not a finite number")
+    return number
 
 
 def toolset_deployments(toolset: str, config: Path | None, config_option: str = "--toolset-config") -> Any:
