@@ -14,12 +14,9 @@ from typer.testing import CliRunner
 
 from spacetools.bench.runlock import LOCK_FILE, run_folder_lock
 from spacetools.bench.spatialsim import generator
+from spacetools.cli.main import app
 from spacetools.kit.lockfiles import UnsafeLockFileError
 from spacetools.kit.ownfolders import ForeignFolderError
-
-pytest.importorskip("pyarrow")
-
-from spacetools.cli.main import app  # noqa: E402
 
 Arguments = Callable[[Path, Path], list[str]]
 """The arguments of a command writing into `out` (first), with its inputs in the second folder."""

@@ -141,17 +141,12 @@ def check_device(device: str, param_hint: str) -> str:
 
 
 def check_model_folder(path: Path, param_hint: str) -> Path:
-    """A saved model's folder: its ``config.json`` must be a JSON object (an empty or cut-short one would
-    fail deep inside transformers)."""
-    config = path / "config.json"
+    """A saved model's (or LoRA adapter's) folder whose config is a JSON object (an empty or cut-short one
+    would fail deep inside transformers)."""
+    from spacetools.kit.loading import check_model_folder as check
+
     try:
-        settings = json.loads(config.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise typer.BadParameter(
-            f"{path} has no config.json (is it a saved model?)", param_hint=param_hint
-        ) from None
-    except (OSError, ValueError) as error:  # JSONDecodeError, UnicodeDecodeError
-        raise typer.BadParameter(f"{config} is not a model config ({error})", param_hint=param_hint) from None
-    if not isinstance(settings, dict):
-        raise typer.BadParameter(f"{config} is not a model config (not a JSON object)", param_hint=param_hint)
+        check(path)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=param_hint) from None
     return path

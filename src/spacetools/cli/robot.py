@@ -115,8 +115,8 @@ def evaluate(
     options = key_values(option)
     try:
         chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **options)
-    except (ValueError, TypeError, FileNotFoundError) as error:
-        raise typer.BadParameter(str(error), param_hint="--policy") from error
+    except (ValueError, TypeError, OSError) as error:  # OSError: a model folder without its weights
+        raise typer.BadParameter(" ".join(str(error).split()), param_hint="--policy") from None
     # Built as their turn comes, categories interleaved, so a long run's first rows cover every category.
     tasks = [
         partial(make_task, category, seed, index)  # type: ignore[arg-type]  # checked above
