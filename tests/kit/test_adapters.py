@@ -161,3 +161,28 @@ def test_an_empty_model_config_and_an_absent_device_are_one_line(models: Path, t
             [*robot, "--option", f"model_path={models / 'vlm'}", "--option", "device=cuda:0"]
         )
         assert "device 'cuda:0' requested but CUDA is not available" in line
+
+
+def test_peft_warnings_on_loading_an_adapter_go_to_the_run_log(models: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(models / "vlm-adapter", tmp_path / "a")
+    weights = tmp_path / "a" / "adapter_model.safetensors"
+    tensors = load_file(weights)
+    save_file({key: value for key, value in tensors.items() if ".layers.1." not in key}, weights)
+    out = tmp_path / "run"
+    arguments = [
+        "eval",
+        "--policy",
+        "hf",
+        "--option",
+        f"model_path={tmp_path / 'a'}",
+        "--option",
+        "max_new_tokens=2",
+    ]
+    result = CliRunner().invoke(app, [*arguments, "--data", str(models / "data"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    log = (out / "run.log").read_text()
+    assert f"spacetools.kit.loading: {tmp_path / 'a'}: " in log and "layers.1.self_attn.q_proj" in log
