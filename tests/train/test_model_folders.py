@@ -122,3 +122,19 @@ def test_a_cached_model_cut_short_says_what_to_delete(tmp_path: Path, small_conv
     line = _one_error_line(["models", "get", NAME, "--out", str(folder)])
     assert f"delete {folder} and run the command again" in line
     assert len(small_conversion) == 1
+
+
+def test_a_cache_converted_before_manifests_is_checked_by_its_safetensors_header(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    save_file({"weight": torch.arange(1000, dtype=torch.float32)}, str(folder / "model.safetensors"))
+    (folder / DONE_FILE).write_text("model.gguf\n", encoding="utf-8")
+    assert get_base_model(NAME, folder) == folder  # whole: used as it is
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    line = _one_error_line(["models", "get", NAME, "--out", str(folder)])
+    assert f"{weights}: {weights.stat().st_size} bytes where its header says" in line
+    assert f"delete {folder} and run the command again" in line
