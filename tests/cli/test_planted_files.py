@@ -160,3 +160,23 @@ def test_data_generate_overwrite_replaces_a_planted_symlink_not_its_target(tmp_p
     assert result.exit_code == 0, result.output
     assert victim.read_text() == "keep" and (out / "precious.txt").read_text() == "mine"
     assert not (out / "spatialsim_cvb2drelation.parquet").is_symlink()
+
+
+@pytest.mark.parametrize("command", ["train traces", "train traces log", "train mix", "data show"])
+def test_a_symlink_where_a_file_is_written_is_refused_and_its_target_untouched(
+    command: str, tmp_path: Path, inputs: Path
+) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    link = tmp_path / "out" / ("run.log" if command == "train traces log" else "written.png")
+    link.parent.mkdir()
+    link.symlink_to(victim)
+    target = tmp_path / "out" / "traces.jsonl" if command == "train traces log" else link
+    arguments = {
+        "train traces": ["train", "traces", "--data", str(inputs / "data"), "--out", str(target)],
+        "train mix": ["train", "mix", "--source", f"{inputs / 'traces.jsonl'}=1", "--out", str(target)],
+        "data show": ["data", "show", str(inputs / "data"), "--index", "0", "--out", str(target)],
+    }[command.removesuffix(" log")]
+    line = _one_error_line(arguments)
+    assert f"{link} is a symlink; nothing was written through it" in line
+    assert victim.read_text() == "keep" and not target.with_name("traces.jsonl").exists()

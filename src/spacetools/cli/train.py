@@ -20,8 +20,14 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.bench.runlock import run_folder_lock
-from spacetools.bench.runlog import run_log
-from spacetools.cli.options import RUN_FOLDER, check_device, check_model_folder, check_out_folder
+from spacetools.bench.runlog import LOG_FILE, run_log
+from spacetools.cli.options import (
+    RUN_FOLDER,
+    check_device,
+    check_model_folder,
+    check_out_file,
+    check_out_folder,
+)
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
@@ -99,7 +105,8 @@ def traces(
     """Run a teacher with live tools; keep its correct episodes as multi-turn SFT data."""
     from spacetools.train.traces import collect_traces
 
-    check_out_folder(out.parent)
+    check_out_file(out)
+    check_out_file(out.parent / LOG_FILE)  # the log goes beside the data set
     settings = _config(TracesConfig, config, overrides, data=data, out=out, teacher=teacher, limit=limit)
     console = Console()
     with run_log(out.parent):
@@ -135,9 +142,7 @@ def mix(
             raise typer.BadParameter(f"{item!r} is not PATH=WEIGHT", param_hint="--source") from None
         if not sep or not Path(path).is_file():
             raise typer.BadParameter(f"{path or item!r} is not a file", param_hint="--source")
-    taken = _run(
-        lambda: mix_traces(sources, check_out_folder(out.parent) / out.name, seed=seed, thoughts=thoughts)
-    )
+    taken = _run(lambda: mix_traces(sources, check_out_file(out), seed=seed, thoughts=thoughts))
     for path, count in taken.items():
         typer.echo(f"{count:6d} rows from {path}")
 
