@@ -69,7 +69,6 @@ def check_out_folder(path: Path, param_hint: str = "--out", *, own: tuple[str, s
 def check_out_file(path: Path, param_hint: str = "--out") -> Path:
     """``path`` as a file to write (a file the user names is replaced, as `cp` does), never through a
     symlink, which would truncate whatever it points at."""
-    check_out_folder(path.parent, param_hint)
     if path.is_symlink():
         raise typer.BadParameter(
             f"{path} is a symlink; nothing was written through it: delete it or give another {param_hint}",

@@ -105,7 +105,7 @@ def traces(
     """Run a teacher with live tools; keep its correct episodes as multi-turn SFT data."""
     from spacetools.train.traces import collect_traces
 
-    check_out_file(out)
+    check_out_file(check_out_folder(out.parent) / out.name)
     check_out_file(out.parent / LOG_FILE)  # the log goes beside the data set
     settings = _config(TracesConfig, config, overrides, data=data, out=out, teacher=teacher, limit=limit)
     console = Console()
@@ -142,7 +142,11 @@ def mix(
             raise typer.BadParameter(f"{item!r} is not PATH=WEIGHT", param_hint="--source") from None
         if not sep or not Path(path).is_file():
             raise typer.BadParameter(f"{path or item!r} is not a file", param_hint="--source")
-    taken = _run(lambda: mix_traces(sources, check_out_file(out), seed=seed, thoughts=thoughts))
+    taken = _run(
+        lambda: mix_traces(
+            sources, check_out_file(check_out_folder(out.parent) / out.name), seed=seed, thoughts=thoughts
+        )
+    )
     for path, count in taken.items():
         typer.echo(f"{count:6d} rows from {path}")
 
