@@ -117,7 +117,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     session and queue limits are set where it is made (`toolshed_for`).
     """
     limits = limits or ServerLimits()
-    admission = CallAdmission(limits.max_calls_in_flight)
+    admission = CallAdmission(limits.max_calls_in_flight, toolshed.method_router)
     body_deadlines = Deadlines()  # the call bodies' arrival, on one timer
 
     @asynccontextmanager
@@ -204,8 +204,9 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
 
         The body is a list of `CallRequest`. Refused with 503 while the server holds
         `max_calls_in_flight` calls, before the body is read (`CallAdmissionMiddleware` admits the
-        request as one call; the rest are admitted once the body says how many it holds); cancelled
-        when the client disconnects before the results are ready.
+        request as one call; the rest are admitted once the body says how many it holds), or when
+        a call's tool is expected to keep it queued past its queue wait (`CallAdmission.admit_calls`);
+        cancelled when the client disconnects before the results are ready.
         """
         images = _images_parameter(request)
         session = open_session(request.path_params["session_id"])
@@ -224,19 +225,18 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
             if len(body) <= _SMALL_BODY_BYTES
             else await asyncio.to_thread(_read_calls, body)
         )
-        extra = max(len(calls) - 1, 0)  # the request itself was admitted as one call
-        if not admission.admit_more(extra):
+        names = [item.name for item in calls]
+        refusal = admission.admit_calls(names, request.scope)
+        if refusal is not None:
             raise HTTPException(
-                status.HTTP_503_SERVICE_UNAVAILABLE,
-                admission.refusal,
-                headers={"Retry-After": str(RETRY_AFTER_S)},
+                status.HTTP_503_SERVICE_UNAVAILABLE, refusal, headers={"Retry-After": str(RETRY_AFTER_S)}
             )
         try:
             results = await _unless_disconnected(
                 request, session.call_many([(item.name, item.arguments) for item in calls])
             )
         finally:
-            admission.release(extra)
+            admission.release_calls(names)
         if results is None:  # nobody is listening any more
             return SafeJSONResponse([])
         return _results_response([await to_response(result, images) for result in results])
@@ -317,6 +317,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
             **toolshed.stats(),
             "calls_in_flight": admission.in_flight,
             "calls_refused": admission.refused,
+            "calls_refused_by_expected_wait": admission.refused_by_wait,
         }
 
     @app.get("/metrics")

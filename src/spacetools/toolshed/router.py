@@ -61,6 +61,8 @@ _MAX_RETRY_S = 30.0
 _WATCH_INTERVAL_S = 0.5
 #: Starts killed from outside (not a setup failure) retried at once before they count as failing.
 _QUICK_RETRIES = 3
+#: The weight of the newest call in a tool's moving average of service time (about the last 20 calls).
+_SERVICE_WEIGHT = 0.05
 
 
 @dataclass
@@ -79,9 +81,11 @@ class ToolStats:
     waits_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     latency_histogram: Histogram = field(default_factory=Histogram)
     wait_histogram: Histogram = field(default_factory=Histogram)
+    #: Recent time an instance spends on a call (a moving average; None before the first call).
+    service_s: float | None = None
 
     def record(self, result: ToolResult, latency_s: float, wait_s: float | None = None) -> None:
-        """Count one finished call (`wait_s` is None when the call never reached the queue)."""
+        """Count one finished call (`wait_s` is None when the call never reached an instance)."""
         self.calls += 1
         self.errors += int(result.is_error)
         self.latencies_s.append(latency_s)
@@ -89,6 +93,12 @@ class ToolStats:
         if wait_s is not None:
             self.waits_s.append(wait_s)
             self.wait_histogram.observe(wait_s)
+            service_s = latency_s - wait_s
+            self.service_s = (
+                service_s
+                if self.service_s is None
+                else self.service_s + _SERVICE_WEIGHT * (service_s - self.service_s)
+            )
 
 
 def _percentiles_ms(samples: deque[float]) -> dict[str, float | None]:
@@ -148,6 +158,11 @@ class ToolRouter:
     def instances(self) -> list[Instance]:
         """The current instances (replaced ones drop out)."""
         return list(self._instances)
+
+    @property
+    def size(self) -> int:
+        """The instances the pool holds (or is restarting)."""
+        return self._size
 
     @property
     def standby(self) -> list[Instance]:
