@@ -17,9 +17,7 @@ def body_request(path: str, length: int = 1000) -> bytes:
     ).encode()
 
 
-def drip(
-    url: str, data: bytes, interval_s: float, *, head: bytes = b"", source: str = "127.0.0.1"
-) -> bytes:
+def drip(url: str, data: bytes, interval_s: float, *, head: bytes = b"", source: str = "127.0.0.1") -> bytes:
     """Send `head` at once, then `data` one byte every `interval_s`, until the server answers or closes
     the connection; what it sent before closing (empty when it sent nothing). An `AssertionError` when
     every byte went out and the server still held the connection open."""

@@ -1,20 +1,25 @@
 """Slow clients are cut off, and cannot lock others out: a real server on 127.0.0.1, raw sockets that
-send their headers one byte at a time or a body at 1 byte/s; `/health` answers meanwhile."""
+send their headers one byte at a time or a body at 1 byte/s; `/health` answers meanwhile. And a burst
+is let in only as far as the tools can start its calls within their queue wait."""
 
 from __future__ import annotations
 
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from serving import serving, serving_with_server, wait_until
-from slow_client import SLOW_HEADERS, body_request, drip, read_until_closed
+from serving import GateTool, serving, serving_with_server, wait_for_stats, wait_until
 
+from slow_client import SLOW_HEADERS, body_request, drip, read_until_closed
+from spacetools.kit.definition import ToolResult
 from spacetools.tools.diagnostics import EchoTool
 from spacetools.toolshed import ToolDeployment
+from spacetools.toolshed.admission import BEGAN_AT, CallAdmission
 from spacetools.toolshed.http import toolshed_for
 from spacetools.toolshed.limits import ServerLimits
+from spacetools.toolshed.router import ToolRouter
 
 DEPLOYMENTS = [ToolDeployment(tool=EchoTool, backend="inprocess")]
 #: A second loopback address: a client other than the slow ones, as far as the server can tell.
@@ -88,3 +93,47 @@ def test_an_idle_kept_alive_connection_is_closed() -> None:
             raw.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             received = read_until_closed(raw).decode()
         assert received.startswith("HTTP/1.1 200") and received.count("HTTP/1.1") == 1
+
+
+def test_a_call_expected_to_wait_past_its_queue_wait_is_refused_at_once() -> None:
+    limits = ServerLimits(max_queue_wait_s=15.0)
+    deployments = [ToolDeployment(tool=GateTool, backend="inprocess", instances=1, timeout_s=60.0)]
+    toolshed = toolshed_for(deployments, limits)
+    # As if the gate's calls had each taken 10 s: one queued call may wait 10 s, two 20 s (over 15 s).
+    toolshed.router("gate").stats.record(ToolResult(text="past"), latency_s=10.0, wait_s=0.0)
+    with serving(toolshed, limits) as url, httpx.Client(base_url=url, timeout=60) as http:
+        session_id = http.post("/sessions", json={"images": []}).json()["id"]
+        path = f"/sessions/{session_id}/calls"
+        GateTool.opened.clear()
+        with ThreadPoolExecutor(2) as pool:
+            held = []
+            for count in (1, 2):
+                body = [{"name": "gate.wait", "arguments": {"label": str(count)}}]
+                held.append(pool.submit(http.post, path, json=body))
+                wait_for_stats(http, lambda stats, count=count: stats["calls_in_flight"] == count)
+            refused = http.post(path, json=[{"name": "gate.wait", "arguments": {"label": "3"}}])
+            GateTool.opened.set()
+            assert [future.result().json()[0]["text"] for future in held] == ["1", "2"]
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert "gate is expected to start this call in 20.0 s" in refused.json()["detail"]
+        stats = http.get("/stats").json()
+        assert stats["calls_refused_by_expected_wait"] == 1 and stats["calls_in_flight"] == 0
+        # With the queue empty again the same call is let in.
+        assert http.post(path, json=[{"name": "gate.wait", "arguments": {"label": "4"}}]).status_code == 200
+
+
+def test_the_time_a_request_spent_arriving_counts_against_its_queue_wait() -> None:
+    router = ToolRouter(
+        "slow", lambda: EchoTool(), instances=1, timeout_s=5.0, backend="inprocess", max_queue_wait_s=1.5
+    )
+    router.stats.record(ToolResult(text="past"), latency_s=1.0, wait_s=0.0)
+    admission = CallAdmission(10, lambda _name: router)
+    assert admission.admit_calls(["slow.echo"], {}) is None  # takes the instance
+    arrived_late = {"extensions": {BEGAN_AT: time.perf_counter() - 1.0}}
+    refusal = admission.admit_calls(["slow.echo"], arrived_late)
+    assert refusal is not None and "past the 0.5 s left of its queue wait" in refusal
+    assert admission.admit_calls(["slow.echo"], {}) is None  # 1 s of wait fits 1.5 s
+    admission.release_calls(["slow.echo"])
+    admission.release_calls(["slow.echo"])
+    assert admission.refused_by_wait == 1
+    assert admission.admit_calls(["slow.echo"], arrived_late) is None  # released: nothing ahead

@@ -52,9 +52,8 @@ def serve(
     import uvicorn
 
     from spacetools.bench.robot.tasks import CATEGORIES, make_task
-    from spacetools.integrations.robot_api.server import check_exposure, create_robot_app
+    from spacetools.integrations.robot_api.server import check_exposure, create_robot_app, robot_server_limits
     from spacetools.tools.robot.simulated import SimulatedRobot
-    from spacetools.toolshed.limits import ServerLimits
     from spacetools.toolshed.slow_clients import server_options
 
     if category not in CATEGORIES:
@@ -68,10 +67,7 @@ def serve(
     console.print(f"Robot at http://{host}:{port}  task: {task.question}")
     try:
         app = create_robot_app(robot, token=token, max_body_bytes=max_body_bytes)
-        # The Toolshed's read deadlines; one client may hold half the connections.
-        limits = ServerLimits(
-            max_connections=max_connections, max_connections_per_client=max(max_connections // 2, 1)
-        )
+        limits = robot_server_limits(max_connections)
         uvicorn.run(app, host=host, port=port, log_level="warning", **server_options(limits))
     finally:
         robot.close()
