@@ -33,6 +33,8 @@ __all__ = ["HEALTH_PATH", "guarded_protocol", "server_options"]
 
 #: The path served past the connection limit.
 HEALTH_PATH = b"/health"
+#: Longest a refused connection stays half-open for its client to read the 503 and close.
+LINGER_S = 1.0
 
 
 def _response(status: bytes, detail: str, *extra: bytes) -> bytes:
@@ -61,18 +63,31 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._began_at = 0.0
         self._first_request = True
+        self._refused = False  # over the per-client cap: answered 503, what comes is dropped
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._began_at = time.perf_counter()
         address = self.client[0] if self.client else ""
         if self.clients[address] >= self.limits.max_connections_per_client:
-            transport.write(self._too_many_connections)
-            transport.close()
+            self._refuse(transport)
             return
         self.clients[address] += 1
         self._address = address
         self._arm(self.limits.header_timeout_s, self._headers_late)
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        """Answer 503 and close. The request may have been sent already: closing with it unread would
+        reset the connection, and the client would lose the answer. So the connection is half-closed
+        and what comes is dropped until the client closes it too, for at most `LINGER_S`."""
+        self._refused = True
+        transport.write(self._too_many_connections)
+        transport.write_eof()
+        self._deadline = self.loop.call_later(LINGER_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:
+            super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
