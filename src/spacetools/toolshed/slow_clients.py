@@ -81,6 +81,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         reset the connection, and the client would lose the answer. So the connection is half-closed
         and what comes is dropped until the client closes it too, for at most `LINGER_S`."""
         self._refused = True
+        self.connections.discard(self)  # nor does it count against `max_connections` meanwhile
         transport.write(self._too_many_connections)
         transport.write_eof()
         self._deadline = self.loop.call_later(LINGER_S, transport.close)
