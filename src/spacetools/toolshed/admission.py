@@ -5,8 +5,10 @@ at the earliest layer that can see it:
 
 - connections: while more than `max_connections` are open, uvicorn answers every request with its own
   503 right after the request's headers and closes its connection (that 503 carries no
-  `Retry-After`; `RemoteToolshed` then waits 1 s). Headers are parsed by `httptools` (C), not pure
-  Python, so that a burst reaches the checks quickly.
+  `Retry-After`; `RemoteToolshed` then waits 1 s), `/health` excepted; past `max_connections_per_client`
+  from one address, a new connection gets a 503 with `Retry-After` at once. Headers are parsed by
+  `httptools` (C), not pure Python, so that a burst reaches the checks quickly, under read deadlines
+  (`spacetools.toolshed.slow_clients`, which also sets `BEGAN_AT`).
 - tool calls: `CallAdmission`, the app's outermost middleware, admits a call request as one call while
   fewer than `max_calls_in_flight` are in flight, and otherwise answers 503 with `Retry-After` and
   closes the connection: before routing, the token check, and reading the body. Once the body says

@@ -10,7 +10,8 @@ it likes, and a few thousand such sockets lock every other client out. `guarded_
 - a body deadline: the body must have arrived `body_timeout_s` after the headers;
 - past either, a 408 and the connection closed (an app reading the body sees a disconnect);
 - at most `max_connections_per_client` open connections per client address: one more gets a 503 with
-  `Retry-After` and is closed before anything is read, so one client cannot take every connection;
+  `Retry-After` at once, and whatever it sends is dropped unread, so one client cannot take every
+  connection;
 - `/health` is served past uvicorn's `max_connections` limit (a probe must see a busy server live).
 
 Each request's first-byte time goes into its scope (`BEGAN_AT`), for admission by expected wait
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -29,7 +31,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from spacetools.toolshed.admission import BEGAN_AT, RETRY_AFTER_S
 from spacetools.toolshed.limits import ServerLimits
 
-__all__ = ["HEALTH_PATH", "guarded_protocol", "server_options"]
+__all__ = ["HEALTH_PATH", "GuardedHttpToolsProtocol", "guarded_protocol", "server_options"]
 
 #: The path served past the connection limit.
 HEALTH_PATH = b"/health"
@@ -122,7 +124,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         super().on_message_complete()
 
-    def _arm(self, seconds: float, on_late: Any) -> None:
+    def _arm(self, seconds: float, on_late: Callable[[], None]) -> None:
         self._disarm()
         self._deadline = self.loop.call_later(seconds, on_late)
 
