@@ -54,11 +54,12 @@ class ServerLimits(BaseModel):
         gt=0,
         description="Open connections; past them every request gets a 503 right after its headers.",
     )
-    max_connections_per_client: int = Field(
-        default=1024,
+    max_connections_per_client: int | None = Field(
+        default=None,
         gt=0,
-        description="Open connections from one client address; past them a new connection gets a 503 "
-        "with Retry-After and is closed at once, so that one client cannot take every connection.",
+        description="Open connections from one client address (default: half of `max_connections`); "
+        "past them a new connection gets a 503 with Retry-After at once, so that one client cannot "
+        "take every connection.",
     )
     header_timeout_s: float = Field(
         default=10.0,
@@ -94,6 +95,14 @@ class ServerLimits(BaseModel):
     token: str | None = Field(
         default=None, min_length=16, description="Bearer token every request but /health must carry."
     )
+
+    @property
+    def client_connection_cap(self) -> int:
+        """The open connections one client address may hold: `max_connections_per_client`, or half of
+        `max_connections`."""
+        if self.max_connections_per_client is not None:
+            return self.max_connections_per_client
+        return max(self.max_connections // 2, 1)
 
     def check_exposure(self, host: str) -> None:
         """`ValueError` when the server would listen beyond loopback without a token."""

@@ -71,7 +71,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._began_at = time.perf_counter()
         address = self.client[0] if self.client else ""
-        if self.clients[address] >= self.limits.max_connections_per_client:
+        if self.clients[address] >= self.limits.client_connection_cap:
             self._refuse(transport)
             return
         self.clients[address] += 1
@@ -159,7 +159,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _too_many_connections(self) -> bytes:
         return _response(
             b"503 Service Unavailable",
-            f"this client has {self.limits.max_connections_per_client} connections open, the most "
+            f"this client has {self.limits.client_connection_cap} connections open, the most "
             "one client may; retry later",
             f"retry-after: {RETRY_AFTER_S}\r\n".encode(),
         )

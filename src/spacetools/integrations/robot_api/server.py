@@ -49,9 +49,7 @@ def robot_server_limits(max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Serve
     """The connection limits `spacetools robot serve` runs uvicorn with (through
     `spacetools.toolshed.slow_clients.server_options`): the Toolshed's read deadlines, and one client
     may hold at most half of `max_connections`, so a few dozen slow sockets cannot lock the arm out."""
-    return ServerLimits(
-        max_connections=max_connections, max_connections_per_client=max(max_connections // 2, 1)
-    )
+    return ServerLimits(max_connections=max_connections)
 
 
 def create_robot_app(
