@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from spacetools.kit import imagecodec
+from spacetools.kit.errors import ImageDecodeError
 
 if TYPE_CHECKING:
     from spacetools.kit.definition import ToolSpec
@@ -192,7 +193,7 @@ class Trajectory:
             values["tool_calls"] = [ToolCallRecord(**record) for record in values.get("tool_calls", [])]
             values["images"] = [imagecodec.decode(url) for url in values.get("images", [])]
             return cls(**values)
-        except (TypeError, imagecodec.ImageDecodeError) as exc:
+        except (TypeError, ImageDecodeError) as exc:
             raise ValueError(f"not a trajectory record: {exc}") from exc
 
 

@@ -2,7 +2,7 @@
 
 A tool is a class whose methods marked `@tool_method` are what the model may call, by the public name
 `"<Tool.name>.<method>"`. Each method's arguments get one pydantic model, built from its type hints and
-its Google-style docstring (`kit.arguments`): it validates every call, and pydantic generates from it
+its Google-style docstring (`kit.argument_models`): it validates every call, and pydantic generates from it
 the JSON schema the model sees. A method may also declare which keys of its result's `value` are
 geometry (`@tool_method(geometry={"points": "points"})`), so that code such as the evaluation report
 draws them without knowing the tool.
@@ -29,7 +29,7 @@ import docstring_parser
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from spacetools.kit.arguments import (
+from spacetools.kit.argument_models import (
     ArgumentField,
     Variable,
     arguments_model,
@@ -38,6 +38,7 @@ from spacetools.kit.arguments import (
     with_reference_hint,
 )
 from spacetools.kit.coroutines import run_to_completion
+from spacetools.kit.errors import ToolArgumentError, ToolError
 
 __all__ = [
     "BATCH_CALL",
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 MAX_ERROR_CHARS = 500
-#: The method name under which the Toolshed sends a gathered batch of calls (see kit.batching).
+#: The method name under which the Toolshed sends a gathered batch of calls (see kit.batched_methods).
 BATCH_CALL = "__batch__"
 #: The kinds of geometry a tool method's `value` may hold under a key, all in normalized image
 #: coordinates of the image the call worked on: ``points`` (any number of ``[x, y]``), ``corners`` (the
@@ -75,14 +76,6 @@ _TOOL_METHOD_MARK = "__spacetools_tool_method__"
 _GEOMETRY_MARK = "__spacetools_geometry__"
 _F = TypeVar("_F", bound=Callable[..., Any])
 _log = logging.getLogger(__name__)
-
-
-class ToolError(Exception):
-    """An error the model should read: raise it inside a tool method."""
-
-
-class ToolArgumentError(ToolError):
-    """The arguments of a call do not match the tool method's signature."""
 
 
 @dataclass
@@ -392,12 +385,9 @@ def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: Too
     """Run one tool method on an instance; every exception becomes an error result.
 
     For the contexts without an event loop (a worker, an actor, a thread): an ``async def`` method runs
-    to completion on an event loop kept by the calling thread. A batch (`BATCH_CALL`) runs here too.
+    to completion on an event loop kept by the calling thread. A batch (`BATCH_CALL`) is not run here:
+    the backends send it to `batched_methods.invoke_call`.
     """
-    if method == BATCH_CALL:
-        from spacetools.kit.batching import invoke_batch  # builds on this module
-
-        return invoke_batch(tool, **kwargs)
     try:
         spec = tool_methods(type(tool))[method]
         if spec.is_async:

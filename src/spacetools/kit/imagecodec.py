@@ -16,17 +16,11 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
+from spacetools.kit.errors import ImageDecodeError, ImageTooLargeError
+
 ImageFormat = Literal["png", "jpeg"]
 MEDIA_TYPES: dict[str, ImageFormat] = {"image/png": "png", "image/jpeg": "jpeg", "image/jpg": "jpeg"}
 JPEG_QUALITY = 90
-
-
-class ImageDecodeError(ValueError):
-    """The bytes are not a readable image, or the image is larger than allowed."""
-
-
-class ImageTooLargeError(ImageDecodeError):
-    """The image has more pixels than allowed (found from its header, before decoding)."""
 
 
 def check_rgb(image: Any) -> np.ndarray:

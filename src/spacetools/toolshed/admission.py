@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from spacetools.kit.errors import OverloadedError
 from spacetools.toolshed.router import ToolRouter
 
 __all__ = ["BEGAN_AT", "RETRY_AFTER_S", "CallAdmission", "CallAdmissionMiddleware"]
@@ -136,7 +137,7 @@ class CallAdmissionMiddleware:
     def __init__(self, app: ASGIApp, admission: CallAdmission) -> None:
         self.app = app
         self.admission = admission
-        self._refusal = json.dumps({"detail": admission.refusal}).encode()
+        self._refusal = json.dumps({"detail": admission.refusal, "code": OverloadedError.code}).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not (scope["type"] == "http" and scope["method"] == "POST" and _is_calls_path(scope["path"])):
