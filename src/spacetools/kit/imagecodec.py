@@ -52,8 +52,12 @@ def encode(image: np.ndarray, format: ImageFormat = "png", *, quality: int = JPE
 
 def to_data_url(image: np.ndarray, format: ImageFormat = "png", *, quality: int = JPEG_QUALITY) -> str:
     """An image as a `data:image/<png|jpeg>;base64,…` URL."""
-    payload = base64.b64encode(encode(image, format, quality=quality)).decode("ascii")
-    return f"data:image/{format};base64,{payload}"
+    return encoded_data_url(encode(image, format, quality=quality), format)
+
+
+def encoded_data_url(encoded: bytes, format: ImageFormat) -> str:
+    """PNG or JPEG bytes as a `data:image/<png|jpeg>;base64,…` URL, as they are (not encoded again)."""
+    return f"data:image/{format};base64,{base64.b64encode(encoded).decode('ascii')}"
 
 
 def thumbnail_data_url(image: np.ndarray, width: int) -> str:
