@@ -52,9 +52,9 @@ def serve(
     import uvicorn
 
     from spacetools.bench.robot.tasks import CATEGORIES, make_task
-    from spacetools.integrations.robot_api.server import check_exposure, create_robot_app
+    from spacetools.integrations.robot_api.server import check_exposure, create_robot_app, robot_server_limits
     from spacetools.tools.robot.simulated import SimulatedRobot
-    from spacetools.toolshed.admission import server_options
+    from spacetools.toolshed.slow_clients import server_options
 
     if category not in CATEGORIES:
         raise typer.BadParameter(f"unknown category {category!r}; choose one of: {', '.join(CATEGORIES)}")
@@ -67,7 +67,8 @@ def serve(
     console.print(f"Robot at http://{host}:{port}  task: {task.question}")
     try:
         app = create_robot_app(robot, token=token, max_body_bytes=max_body_bytes)
-        uvicorn.run(app, host=host, port=port, log_level="warning", **server_options(max_connections))
+        limits = robot_server_limits(max_connections)
+        uvicorn.run(app, host=host, port=port, log_level="warning", **server_options(limits))
     finally:
         robot.close()
 
