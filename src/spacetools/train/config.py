@@ -42,7 +42,7 @@ Trainable = Annotated[str, StringConstraints(pattern=r"^(full|lora|last_layers:[
 class LoraSettings(BaseModel):
     """The LoRA adapter of `trainable: lora` (peft's `LoraConfig`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     r: PositiveInt = 16
     alpha: PositiveInt = 32
@@ -56,7 +56,7 @@ class LoraSettings(BaseModel):
 class ModelSettings(BaseModel):
     """Where and how a training stage holds its model, and which of its weights it trains."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -68,7 +68,7 @@ class ModelSettings(BaseModel):
 class OptimiserSettings(BaseModel):
     """A training stage's AdamW step and its seed (data order, and sampling where the stage samples)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     learning_rate: float = Field(2e-5, gt=0)
     max_grad_norm: float = Field(1.0, gt=0)
@@ -78,7 +78,7 @@ class OptimiserSettings(BaseModel):
 class ReportingSettings(BaseModel):
     """Where a training stage's figures go, and how often it checkpoints."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     checkpoint_every: PositiveInt = Field(20, description="optimiser steps between checkpoints")
     report_to: list[ReportTo] = Field(["tensorboard"], description=REPORT_TO_HELP)
@@ -88,6 +88,8 @@ class SFTSettings(ModelSettings, OptimiserSettings, ReportingSettings):
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only), without its paths:
     a DIRL recipe's `sft:` block. Defaults follow the paper's SFT stage (warm-up 0.1 then cosine, vision
     tower frozen, 2 epochs)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     epochs: PositiveInt = 2
     batch_size: PositiveInt = Field(8, description="episodes per optimiser step (accumulated one by one)")
@@ -134,9 +136,17 @@ def _merged(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
+MAX_KEY_DEPTH = 16
+"""Dotted levels an override key may have: settings nest a few levels deep, and OmegaConf recurses once
+per level (a 2,000-level key would end in a RecursionError)."""
+
+
 def apply_dotlist(values: dict[str, Any], dotlist: Sequence[str]) -> dict[str, Any]:
     """`values` with OmegaConf-style overrides on top, as verl and TRL users write them: `sft.epochs=2`
-    sets a nested setting, values are read as YAML (`1e-6`, `true`, `[tensorboard, wandb]`)."""
+    sets a nested setting, values are read as YAML (`1e-6`, `true`, `[tensorboard, wandb]`).
+
+    Interpolation (`${oc.env:HOME}`, `${sft.epochs}`) is refused rather than resolved: a value is what is
+    written (overrides never read the environment), and a `${` kept as text would name a wrong folder."""
     if not dotlist:
         return values
     from omegaconf import Container, OmegaConf
@@ -147,6 +157,10 @@ def apply_dotlist(values: dict[str, Any], dotlist: Sequence[str]) -> dict[str, A
         key, sep, _ = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"expected key=value, got {item!r}")
+        if key.count(".") >= MAX_KEY_DEPTH:
+            raise ValueError(f"{key[:40]}...: a key has at most {MAX_KEY_DEPTH} dotted levels")
+        if "${" in item:
+            raise ValueError(f"{item!r}: interpolation (${{...}}) is not supported; write the value itself")
         try:
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
         except yaml.YAMLError as error:
@@ -197,6 +211,8 @@ class GRPOSettings(ModelSettings, OptimiserSettings, ReportingSettings):
     loss on the model's tokens, KL to the starting model), without its paths: a DIRL recipe's `irl:` and
     `grpo:` blocks. Defaults follow the paper's stage-2 IRL; `rollout.concurrency` episodes run at once."""
 
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
     benches: list[str] | None = None
     limit: PositiveInt | None = Field(None, description="prompts per benchmark")
     steps: PositiveInt = 10
@@ -242,7 +258,7 @@ class TracesSettings(BaseModel):
     """Teacher traces for SFT (run a teacher with live tools, keep its correct, tool-measured episodes),
     without their paths: a DIRL recipe's `universal_teacher:` block."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     teacher: str = Field(
         "scripted", description="a policy name (scripted, openai, hf) or a local model folder"
@@ -271,7 +287,7 @@ class TracesConfig(TracesSettings):
 class TinyModelConfig(BaseModel):
     """The locally built base model of `dirl-tiny` (random weights, tokenizer trained on the traces)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     vocab_size: PositiveInt = 2048
     hidden_size: PositiveInt = 64
@@ -283,7 +299,7 @@ class TinyModelConfig(BaseModel):
 class DataConfig(BaseModel):
     """SpatialSim sets generated into the run folder (training and held-out, on different seeds)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     train_n: PositiveInt = 24
     train_seed: int = Field(default=100, ge=0)
@@ -315,7 +331,7 @@ class ColdStartSettings(BaseModel):
     the scripted teacher with the IRL tool set, on questions of a seed of their own, learnt by SFT before
     the IRL teacher's GRPO, so that its first rollouts make valid calls and earn rewards."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     questions: PositiveInt = Field(12, description="questions per IRL family the teacher answers")
     seed: int = Field(300, ge=0, description="the questions' seed (not the training or held-out ones)")
@@ -335,7 +351,7 @@ class DIRLConfig(BaseModel):
     paper: 1:3).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     base_model: str = "tiny"
     tiny: TinyModelConfig = Field(default_factory=lambda: TinyModelConfig())

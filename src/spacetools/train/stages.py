@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.train.config import GRPOConfig, SFTConfig
 from spacetools.train.monitor import StageMonitor
@@ -49,7 +50,7 @@ class StagedRun:
         if (folder / DONE).is_file():
             self._note(f"[{name}] done before, skipped")
             return
-        with run_log(folder):
+        with run_folder_lock(folder), run_log(folder):  # the lock first: it marks the folder as a run's
             self._note(f"[{name}] …")
             started = time.perf_counter()
             result = work(folder)
