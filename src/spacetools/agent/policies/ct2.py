@@ -10,7 +10,8 @@ reference:
   read), saves them as float32 to a temporary folder in memory (``/dev/shm`` where there is one) and loads
   them with the engine's compute type. The converter's pass that looks for equal tensors to alias is
   skipped (it compares every pair of equal-shaped weights, ~10 s for SmolLM2-135M): a tied output
-  projection is stored twice instead.
+  projection is stored twice instead. So are its ``gc.collect()`` calls after each layer (a minute per
+  refresh in a training process's heap), as the view frees nothing.
 - **What is sampled.** At temperature T > 0 a token is drawn from softmax(logits / T) over the full
   vocabulary (no top-k or top-p truncation; ``sampling_topk=0``). CTranslate2 reports the log-probability
   of a token under softmax(logits) before its own temperature, so the temperature is folded into the
@@ -35,18 +36,20 @@ ctranslate2 (the ``fast`` extra) and torch are imported only when an engine is b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from spacetools.agent.policies.generation import Row, Sampled
 
 # Model configurations whose CTranslate2 conversion this engine was checked against (tests/agent/test_ct2.py).
 SUPPORTED_CONFIGS = ("LlamaConfig", "Qwen2Config")
-# Measured in benchmarks/rollout_speed.py (RESULTS.md): the fastest on 2 CPU cores with sampled
-# log-probabilities within the drift stated there.
-DEFAULT_COMPUTE_TYPE = "int8_float32"
+# Chosen by benchmarks/rollout_speed.py (RESULTS.md): int8 weights move the sampled log-probabilities by
+# 0.17 nats on average (ratios exp(Δ) from 0.36 to 2.1 against transformers), far past GRPO's clip of 0.2;
+# float32 stays within 1e-3.
+DEFAULT_COMPUTE_TYPE = "float32"
 COMPUTE_TYPES = ("float32", "int8_float32", "int8", "int16")
 
 
@@ -85,6 +88,28 @@ def _view(value: Any) -> Any:
     return value
 
 
+class _NoCollection:
+    """Stands in for the ``gc`` module inside CTranslate2's converter while it reads a live model."""
+
+    @staticmethod
+    def collect(generation: int = 2) -> int:
+        return 0
+
+
+@contextlib.contextmanager
+def _without_collections() -> Iterator[None]:
+    """The converter calls ``gc.collect()`` after each layer to free the modules it deleted, which the
+    engine's view never frees; in a training process's heap that is ~2 s a call, a minute a refresh."""
+    from ctranslate2.converters import transformers as converter
+
+    real = converter.gc
+    converter.gc = _NoCollection  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        converter.gc = real
+
+
 def converted_spec(model: Any, tokenizer: Any, temperature: float) -> tuple[Any, list[str]]:
     """The CTranslate2 model spec of `model`'s current weights (float32) and its vocabulary, with the output
     projection divided by `temperature` when that is above 0."""
@@ -99,7 +124,7 @@ def converted_spec(model: Any, tokenizer: Any, temperature: float) -> tuple[Any,
             f"ct2 engine: {config_name} is not supported (text-only {', '.join(SUPPORTED_CONFIGS)} only)"
         )
     loader = _MODEL_LOADERS[config_name]
-    with torch.no_grad():
+    with torch.no_grad(), _without_collections():
         spec = loader(_ModuleView(model), tokenizer)
         if temperature > 0:
             projection = spec.decoder.projection
