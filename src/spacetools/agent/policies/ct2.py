@@ -103,7 +103,7 @@ def _without_collections() -> Iterator[None]:
     from ctranslate2.converters import transformers as converter
 
     real = converter.gc
-    converter.gc = _NoCollection  # type: ignore[assignment]
+    converter.gc = _NoCollection
     try:
         yield
     finally:
