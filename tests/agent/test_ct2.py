@@ -94,8 +94,13 @@ def test_greedy_tokens_equal_the_hf_paths(kind: str, tokenizer: Any) -> None:
         model, tokenizer, temperature=0.0, ends=ends, compute_type="float32", min_static_prompt=4
     )
     assert shared_prefix(row.ids for row in rows) >= 4  # the shared prefix path runs
-    ct2 = [result.ids for result in engine.generate(rows)]
+    results = engine.generate(rows)
+    ct2 = [result.ids for result in results]
     assert ct2 == hf_greedy(model, tokenizer, rows, blocked=[])
+    for row, result in zip(rows, results, strict=True):  # greedy: log-probabilities under softmax(logits)
+        assert result.logprobs == pytest.approx(
+            recomputed_logprobs(model, row, result.ids, 1.0), abs=LOGPROB_TOLERANCE
+        )
     assert [len(ids) for ids in ct2] == [12, 5, 9]  # each row its own limit (no end token in a random model)
     # The converter deletes the modules it read; the engine's view keeps the live model whole.
     assert len(model.model.layers[0].self_attn.q_proj.weight) == 64

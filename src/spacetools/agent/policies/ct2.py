@@ -16,9 +16,11 @@ reference:
   vocabulary (no top-k or top-p truncation; ``sampling_topk=0``). CTranslate2 reports the log-probability
   of a token under softmax(logits) before its own temperature, so the temperature is folded into the
   output projection instead (its weights divided by T) and CTranslate2 samples at temperature 1: the
-  reported log-probabilities are those of the distribution actually sampled. At T = 0 decoding is greedy.
+  reported log-probabilities are those of the distribution actually sampled. At T = 0 decoding is greedy
+  and the log-probabilities are under softmax(logits).
 - **Entropy.** CTranslate2 does not return the distributions, so ``Sampled.entropy`` is the summed
-  surprisal of the sampled tokens (−log p), whose expectation is the summed entropy the ``hf`` path reports.
+  surprisal of the written tokens (−log p): when sampling, its expectation is the summed entropy the
+  ``hf`` path reports; when greedy, a lower bound of it (the min-entropy).
 - **Ends and limits.** A row ends after an end token (kept, as on the ``hf`` path) or at its own
   ``max_new_tokens``; blocked ids are suppressed, so never written.
 - **Shared prefix.** Rows of a batch that share a prefix of at least ``min_static_prompt`` tokens (the
@@ -239,8 +241,7 @@ class CT2Engine:
             # Called once per generated token of a row; True stops that row.
             row = step.batch_id
             ids[row].append(step.token_id)
-            if sampling:
-                logprobs[row].append(step.log_prob)
+            logprobs[row].append(step.log_prob)
             return step.token_id in self.ends or len(ids[row]) >= rows[row].max_new_tokens
 
         if sampling and not self._seeded:
@@ -257,7 +258,7 @@ class CT2Engine:
             return_end_token=True,
             suppress_sequences=[[self._vocabulary[token]] for token in self.blocked] or None,
             include_prompt_in_result=False,
-            return_scores=sampling,
+            return_scores=True,  # the step results' log-probabilities
             callback=on_step,
         )
         sampled = []
@@ -267,8 +268,8 @@ class CT2Engine:
             sampled.append(
                 Sampled(
                     ids=tokens[:keep],
-                    logprobs=scores[:keep] if sampling else None,
-                    entropy=-sum(scores[:keep]) if sampling else 0.0,
+                    logprobs=scores[:keep],
+                    entropy=-sum(scores[:keep]),
                 )
             )
         return sampled
