@@ -8,7 +8,8 @@ uses; an evaluation is `--eval-questions` questions decoded greedily. Engines (`
 
 - ``hf``: today's `HFPolicy` (transformers `generate`), the reference;
 - ``ct2`` / ``ct2:<compute type>``: `CT2Engine` (CTranslate2, `agent/policies/ct2.py`) behind the same
-  policy, through a subclass overriding its private `_generate` (benchmark only).
+  policy, through a subclass overriding its private `_generate` (benchmark only); ``ct2:<compute
+  type>:noprefix`` encodes every row whole (no shared prefix as CTranslate2's ``static_prompt``).
 
 Engines alternate within each of `--repeats` rounds, in one process, so their ratios hold on a loaded
 machine; ratios are medians against ``hf``. Also measured for each CTranslate2 engine: the cost of a
@@ -54,7 +55,7 @@ RECIPE = Path(__file__).parents[1] / "configs" / "dirl-smollm2.yaml"
 class CT2Policy(HFPolicy):
     """`HFPolicy` generating through a `CT2Engine` (until the policy takes an engine itself)."""
 
-    def __init__(self, *args: Any, compute_type: str, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, compute_type: str, prefix: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.engine = CT2Engine(
             self.model,
@@ -64,6 +65,7 @@ class CT2Policy(HFPolicy):
             blocked=self.blocked,
             compute_type=compute_type,
             threads=torch.get_num_threads(),
+            **({} if prefix else {"min_static_prompt": sys.maxsize}),
         )
 
     def _generate(self, rows: list[Row]) -> list[Sampled]:
@@ -88,10 +90,17 @@ def make_policy(engine: str, model: Any, processor: Any, *, temperature: float, 
     }
     if engine == "hf":
         return HFPolicy(model, processor, **settings)
-    kind, _, compute_type = engine.partition(":")
-    if kind != "ct2":
-        raise SystemExit(f"unknown engine {engine!r} (hf, ct2, ct2:<compute type>)")
-    return CT2Policy(model, processor, compute_type=compute_type or DEFAULT_COMPUTE_TYPE, **settings)
+    kind, _, rest = engine.partition(":")
+    compute_type, _, variant = rest.partition(":")
+    if kind != "ct2" or variant not in ("", "noprefix"):
+        raise SystemExit(f"unknown engine {engine!r} (hf, ct2, ct2:<compute type>[:noprefix])")
+    return CT2Policy(
+        model,
+        processor,
+        compute_type=compute_type or DEFAULT_COMPUTE_TYPE,
+        prefix=variant != "noprefix",
+        **settings,
+    )
 
 
 async def timed_rollout(policy: HFPolicy, tools: Any, inputs: list[Any], config: Any) -> dict[str, Any]:
