@@ -2,9 +2,9 @@
 
 Its chain: point at the target (and at the place goal) with `roborefer`, segment the target with
 `sam2` while reading the robot's depth and point cloud, compute a grasp with `grasp_generator`,
-execute it with `robot.execute_grasp` (sampling up to two more grasps when the arm refuses one as
-out of reach or colliding, as a real pick pipeline falls back to its next candidate), then place with `robot.place_object_at_2d_location` on the
-pointed spot. For a place beside a pair of like objects ("to the left of the two mugs") it also
+execute it with `robot.execute_grasp` (sampling up to two more grasps when none was found or the
+arm refuses one as out of reach or colliding, as a real pick pipeline falls back to its next
+candidate), then place with `robot.place_object_at_2d_location` on the pointed spot. For a place beside a pair of like objects ("to the left of the two mugs") it also
 points at every one of the pair and checks that the spot lies beyond both in the image before it
 moves. It reads only the question and the tools' structured results (never the scene's truth). Like the other
 scripted policy it is stateless: each turn it re-runs its plan over the tool results in the
@@ -197,7 +197,9 @@ def _plan(goal: RobotGoal, replay: _Replay) -> str:
             else ("The arm could not carry out that grasp; I sample another one.")
         )
         (grasp,) = replay.call(thought, ("grasp_generator.compute_grasp", arguments))
-        if _is_error(grasp):
+        if _is_error(grasp):  # the sampler draws afresh on every call, so another try may find one
+            if attempt < _GRASP_RETRIES:
+                continue
             return _answer("No grasp was found.", f"I could not find a grasp for the {goal.item}.")
         (picked,) = replay.call(
             "I execute the grasp.", ("robot.execute_grasp", {"grasp_pose": "$grasp_pose"})
