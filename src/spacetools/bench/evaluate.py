@@ -38,6 +38,7 @@ from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.kit import imagecodec
+from spacetools.rewards.benchmarks import passed
 from spacetools.toolshed import ToolProvider, ToolsConfig, connect
 
 __all__ = [
@@ -185,6 +186,8 @@ def sample_row(sample: Sample, trajectory: Trajectory, question: str) -> dict[st
         "index": sample.extra_info.get("index"),
         "question": question,
         "score": score,
+        # Pass or fail by the headline figure (a RefSpatial answer with acc 0 fails whatever its NNDC).
+        "passed": passed(trajectory.data_source, score),
         "trajectory": trajectory.to_dict(),
         "tool_images": tool_images,
     }

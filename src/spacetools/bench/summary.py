@@ -23,6 +23,7 @@ from rich.table import Table
 from spacetools.bench import bootstrap
 from spacetools.bench.runfolder import unique_rows
 from spacetools.rewards import BENCHMARKS, aggregate
+from spacetools.rewards.benchmarks import passed
 
 
 @dataclass
@@ -43,6 +44,7 @@ class BenchmarkSummary:
     wall_s_total: float
     wall_s_mean: float
     invalid_turns: int = 0  # turns that did not parse as tool calls or an answer
+    passed: int = 0  # samples whose headline figure reaches the pass mark (the report's "pass")
     #: ``[low, high]`` of each metric (``n`` has none); empty in a summary written before intervals.
     intervals: dict[str, list[float]] = field(default_factory=dict)
 
@@ -145,6 +147,7 @@ def summarize_benchmark(
         wall_s_total=float(sum(walls)),
         wall_s_mean=_mean(walls),
         invalid_turns=sum(int(t.get("stats", {}).get("invalid_turns", 0)) for t in trajectories),
+        passed=sum(passed(str(row.get("data_source", key)), row["score"]) for row in rows),
         intervals=metric_intervals(key, scores, resamples=resamples),
     )
 
@@ -219,7 +222,8 @@ def summary_table(summary: Summary) -> Table:
     """The end-of-run table, one row per benchmark, readable in an 80-column terminal."""
     table = Table(
         title=f"{summary.policy} on {summary.data} ({summary.profile} tools)",
-        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples; calls: tool "
+        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples; pass: "
+        "samples whose own headline figure is at least 0.5 (the report's pass); calls: tool "
         "calls per episode; fails: failed tool calls in all; p.err: episodes ended by a policy error (model "
         "unreachable); s/ep: seconds per episode",
         box=box.SIMPLE_HEAD,
@@ -230,6 +234,7 @@ def summary_table(summary: Summary) -> Table:
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("score", justify="right", no_wrap=True, style="bold")
     table.add_column("95% CI", justify="right", no_wrap=True)
+    table.add_column("pass", justify="right", no_wrap=True)
     table.add_column("other figures", ratio=1, min_width=12)
     for column in ("calls", "fails", "p.err", "turns", "s/ep"):
         table.add_column(column, justify="right", no_wrap=True)
@@ -239,6 +244,7 @@ def summary_table(summary: Summary) -> Table:
             str(bench.n),
             f"{bench.metrics.get('headline', float('nan')):.1f}",
             format_interval(bench.interval(), digits=0),
+            f"{bench.passed}/{bench.n}",
             other_figures(bench.metrics),
             f"{bench.tool_calls_mean:.1f}",
             str(bench.tool_failures),
