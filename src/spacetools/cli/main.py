@@ -1,7 +1,8 @@
 """The `spacetools` command: one typer app with a sub-app per concept.
 
 Every bad input ends the same way, wherever it is caught (click's parser or a command's own checks): one
-line on stderr naming the option and what is wrong, and exit status 2; never a traceback or a box.
+line on stderr naming the option and what is wrong, and exit status 2; never a traceback or a box. A
+command that needs an optional extra the install lacks says which one, in one line (`cli.extras`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typer.core import TyperGroup
 
 from spacetools import __version__
 from spacetools.cli import data, demo, eval, export, models, robot, serve, tools, train
+from spacetools.cli.extras import missing_extra_line
 from spacetools.cli.logs import LogLevel, setup_logging
 
 
@@ -37,6 +39,12 @@ class OneLineErrors(TyperGroup):
         except typer.Abort:
             typer.echo("Aborted!", err=True)
             sys.exit(1)
+        except ModuleNotFoundError as error:  # an optional extra the install lacks
+            line = missing_extra_line(error, sys.argv[1:] if args is None else list(args))
+            if line is None:
+                raise
+            typer.echo(line, err=True)
+            sys.exit(2)
         except typer.TyperException as error:  # the base of typer's usage and parameter errors
             context = getattr(error, "ctx", None)
             hint = f" Try '{context.command_path} --help'." if context is not None else ""

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
+from spacetools.cli.extras import require_extra
 from spacetools.cli.options import check_device, check_model_folder, check_out_folder
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
@@ -151,6 +152,7 @@ def sft(
     overrides: Overrides = None,
 ) -> None:
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only); resumable."""
+    require_extra("train")
     from spacetools.train.sft import train_sft
 
     settings = _config(SFTConfig, config, overrides, model=model, data=data, out=check_out_folder(out))
@@ -177,6 +179,7 @@ def grpo(
     overrides: Overrides = None,
 ) -> None:
     """Multi-turn GRPO with live tools; resumable."""
+    require_extra("train")
     from spacetools.train.grpo import train_grpo
 
     settings = _config(
@@ -209,6 +212,7 @@ def dirl(
 
     e.g. `spacetools train dirl --config configs/dirl-tiny.yaml --out runs/d sft.epochs=2 grpo.steps=5`
     """
+    require_extra("train")
     from spacetools.train.base_models import BASE_MODELS
     from spacetools.train.dirl import run_dirl
     from spacetools.train.gains import RewardGain
