@@ -163,8 +163,8 @@ def test_the_expert_picks_with_tools_only_and_the_run_writes_a_report(tmp_path: 
     assert len(pictures) >= 4  # segmentation, depth, grasp drawn by the report, view after the grasp
     assert all(f"{task.id}/{name}" in page for name in pictures)
     marked = np.asarray(Image.open(folder / "task.png"))
-    x0, y0, x1, y1 = task.target_box or (0, 0, 0, 0)
-    row_at = int(round(y0 * marked.shape[0])) - 2
+    x0, y0, x1, _ = task.target_box or (0, 0, 0, 0)
+    row_at = round(y0 * marked.shape[0]) - 2
     box_edge = marked[row_at, int(x0 * marked.shape[1]) : int(x1 * marked.shape[1])]
     assert (np.abs(box_edge.astype(int) - TARGET_COLOR).sum(axis=1) < 30).mean() > 0.8
 

@@ -7,6 +7,7 @@ command that needs an optional extra the install lacks says which one, in one li
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -18,6 +19,9 @@ from spacetools import __version__
 from spacetools.cli import data, demo, eval, export, models, robot, serve, tools, train
 from spacetools.cli.extras import missing_extra_line
 from spacetools.cli.logs import LogLevel, setup_logging
+
+#: The width of a piped command's tables: wide enough for any of them, never cut.
+PIPED_COLUMNS = 400
 
 
 class OneLineErrors(TyperGroup):
@@ -52,7 +56,8 @@ class OneLineErrors(TyperGroup):
             text = format_message() if format_message is not None else str(error)
             line = " ".join(text.split()).rstrip(".")  # one line, whatever the message holds
             if line:
-                typer.echo(f"Error: {line}.{hint}", err=True)
+                end = "" if line.endswith(("?", "!")) else "."  # "Did you mean 'eval'?" ends already
+                typer.echo(f"Error: {line}{end}{hint}", err=True)
             elif hasattr(error, "show"):  # a group run without arguments shows its help
                 error.show()
             sys.exit(getattr(error, "exit_code", 2))
@@ -91,6 +96,10 @@ def main(
 ) -> None:
     """Tool-augmented spatial reasoning: simulated data, Toolshed tools, evaluation."""
     setup_logging(log_level)
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        # Piped into a file, a table keeps its natural width (rich would cut it at 80 columns); rich
+        # reads COLUMNS whenever it measures, so the consoles made at import follow it too.
+        os.environ["COLUMNS"] = str(PIPED_COLUMNS)
 
 
 app.add_typer(data.app, name="data", help="Generate and inspect SpatialSim benchmark sets.")
@@ -102,6 +111,10 @@ app.add_typer(train.app, name="train", help="DIRL training: teacher traces, SFT,
 app.add_typer(models.app, name="models", help="Pretrained base models that run here (converted once).")
 app.command(name="demo")(demo.demo)
 app.command(name="serve", help="Serve a tool set over HTTP.")(serve.serve)
+# Help texts are plain text: rich markup would eat their brackets ("report_to=[tensorboard,wandb]").
+for _sub_app in (app, *(group.typer_instance for group in app.registered_groups)):
+    if _sub_app is not None:
+        _sub_app.rich_markup_mode = None
 
 if __name__ == "__main__":
     app()
