@@ -4,21 +4,27 @@ end-of-run table: a RefSpatial point just outside the region (acc 0) fails, howe
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from rich.console import Console
 from scipy import ndimage
 
-from spacetools.agent.types import Trajectory
+from spacetools.agent.types import ToolCallRecord, Trajectory
 from spacetools.bench.dataset import Sample, load_samples
 from spacetools.bench.evaluate import sample_row
 from spacetools.bench.pages import _ENVIRONMENT
+from spacetools.bench.report import write_report
 from spacetools.bench.report.cards import build_card
 from spacetools.bench.spatialsim import generator
 from spacetools.bench.summary import summarize, summary_table
 from spacetools.rewards import compute_score, format_points, load_mask
 from spacetools.rewards.benchmarks import headline_value, passed
+
+CALL = ToolCallRecord(
+    "roborefer.detect_one", {"obj_name": "mug", "image_index": 0}, "Detected", False, [], 0.05, 1
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +81,42 @@ def test_a_scorer_failure_row_falls_back_to_its_score() -> None:
     )
     assert passed("spatialsim_boppose", {"score": 0.7, "iou": 0.7})
     assert not passed("spatialsim_bopgrasp", {"score": 0.9, "mace": 0.2})
+
+
+def test_the_page_is_readable_its_rows_link_their_samples_and_a_share_has_a_wilson_interval(
+    location: tuple[str, Sample], tmp_path: Path
+) -> None:
+    sample_id, sample = location
+    solution = f"<think>.</think><answer>{near_miss(sample)}</answer>"
+    score = compute_score(sample.data_source, solution, sample.ground_truth, sample.extra_info)
+    rows = [
+        {
+            "id": f"{sample_id}-{k}",
+            "data_source": sample.data_source,
+            "question": sample.question,
+            "score": {**score, "acc": 1.0},
+            "trajectory": Trajectory(
+                task_id=f"{sample_id}-{k}",
+                data_source=sample.data_source,
+                messages=[{"role": "assistant", "content": solution}],
+                tool_calls=[CALL],
+                answer=solution,
+                turns=1,
+                score=score,
+                parse_errors=0,
+                stats={},
+                wall_s=1.0,
+            ).to_dict(),
+            "tool_images": [],
+        }
+        for k in range(20)
+    ]
+    summary = summarize(rows, policy="p", profile="exact", data="d", resamples=50)
+    (bench,) = summary.benchmarks.values()
+    low, high = bench.interval() or (0.0, 0.0)
+    assert bench.metrics["headline"] == 100.0 and 80.0 < low < 86.0 and high == 100.0  # Wilson, 20 of 20
+    path = write_report(tmp_path / "report.html", summary, rows, {row["id"]: sample for row in rows})
+    assert path.stat().st_mode & 0o777 == 0o644
+    page = path.read_text()
+    assert "href='#family=reflocation'" in page and "href='#family=reflocation&amp;outcome=fail'" in page
+    assert "<th>status</th>" in page

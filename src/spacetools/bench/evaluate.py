@@ -38,6 +38,7 @@ from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.kit import imagecodec
+from spacetools.kit.versions import versions
 from spacetools.rewards.benchmarks import passed
 from spacetools.toolshed import ToolProvider, ToolsConfig, connect
 
@@ -119,7 +120,7 @@ def _measured_fields(record: dict[str, Any], prefix: str = "") -> dict[str, Any]
     flat: dict[str, Any] = {}
     for key, value in record.items():
         name = f"{prefix}{key}"
-        if name in RESUMABLE_FIELDS:
+        if name in RESUMABLE_FIELDS or name == "versions":  # a resume may run on an upgraded install
             continue
         if isinstance(value, dict) and name in ("tools", "rollout"):
             flat.update(_measured_fields(value, f"{name}."))
@@ -161,7 +162,8 @@ def _prepare_folder(config: EvalConfig) -> str | None:
     else:
         (out / SAMPLES_FILE).unlink(missing_ok=True)
         shutil.rmtree(out / CARDS_FOLDER, ignore_errors=True)
-    (out / RUN_FILE).write_text(json.dumps(config.run_record(), indent=2) + "\n", encoding="utf-8")
+    record = {**config.run_record(), "versions": versions()}  # what the run was made with (not compared)
+    (out / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return repaired
 
 

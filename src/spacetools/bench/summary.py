@@ -23,7 +23,7 @@ from rich.table import Table
 from spacetools.bench import bootstrap
 from spacetools.bench.runfolder import unique_rows
 from spacetools.rewards import BENCHMARKS, aggregate
-from spacetools.rewards.benchmarks import passed
+from spacetools.rewards.benchmarks import headline_value, passed
 
 
 @dataclass
@@ -112,7 +112,26 @@ def metric_intervals(
     intervals = bootstrap.statistic_intervals(
         len(scores), lambda indices: aggregate(key, [scores[i] for i in indices]), resamples=resamples
     )
+    intervals.update(_proportion_intervals(key, scores))
     return {name: [low, high] for name, (low, high) in intervals.items() if name != "n"}
+
+
+def _proportion_intervals(key: str, scores: Sequence[dict[str, Any]]) -> dict[str, bootstrap.Interval]:
+    """Wilson intervals (×100) for the figures that are the share of samples right, where the
+    benchmark's per-sample headline figure is 0 or 1 (accuracy: not the IoU or MACE means)."""
+    if key not in BENCHMARKS or not scores:
+        return {}
+    values = [headline_value(key, score)[1] for score in scores]
+    if any(value not in (0.0, 1.0) for value in values):
+        return {}
+    right = int(sum(values))
+    share = 100.0 * right / len(values)
+    low, high = bootstrap.wilson_interval(right, len(values))
+    return {
+        name: (100.0 * low, 100.0 * high)
+        for name, value in aggregate(key, scores).items()
+        if name not in ("n", "parse_rate") and abs(value - share) < 1e-9
+    }
 
 
 def summarize_benchmark(
@@ -222,7 +241,8 @@ def summary_table(summary: Summary) -> Table:
     """The end-of-run table, one row per benchmark, readable in an 80-column terminal."""
     table = Table(
         title=f"{summary.policy} on {summary.data} ({summary.profile} tools)",
-        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples; pass: "
+        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples (Wilson for "
+        "a share of samples right); pass: "
         "samples whose own headline figure is at least 0.5 (the report's pass); calls: tool "
         "calls per episode; fails: failed tool calls in all; p.err: episodes ended by a policy error (model "
         "unreachable); s/ep: seconds per episode",

@@ -27,7 +27,10 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "server": ("fastapi", "uvicorn"),
     "integrations": ("fastapi", "uvicorn", "mcp"),
     "hf": ("torch", "transformers"),
+    "openai": ("openai",),
+    "ray": ("ray",),
     "train": ("torch", "transformers", "peft", "omegaconf", "matplotlib"),
+    "wandb": ("wandb",),
 }
 
 

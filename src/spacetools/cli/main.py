@@ -7,21 +7,36 @@ command that needs an optional extra the install lacks says which one, in one li
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from spacetools import __version__
-from spacetools.cli import data, demo, eval, export, models, robot, serve, tools, train
+from spacetools.cli import data, demo, env, eval, export, models, robot, serve, tools, train
 from spacetools.cli.extras import missing_extra_line
 from spacetools.cli.logs import LogLevel, setup_logging
 
 #: The width of a piped command's tables: wide enough for any of them, never cut.
 PIPED_COLUMNS = 400
+
+
+@contextlib.contextmanager
+def _piped_width() -> Iterator[None]:
+    """Piped into a file, a table keeps its natural width (rich would cut it at 80 columns). Rich reads
+    COLUMNS whenever it measures, so the consoles made at import follow it; restored afterwards."""
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        yield
+        return
+    os.environ["COLUMNS"] = str(PIPED_COLUMNS)
+    try:
+        yield
+    finally:
+        os.environ.pop("COLUMNS", None)
 
 
 class OneLineErrors(TyperGroup):
@@ -34,6 +49,18 @@ class OneLineErrors(TyperGroup):
         complete_var: str | None = None,
         standalone_mode: bool = True,
         windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        with _piped_width():
+            return self._main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
+
+    def _main(
+        self,
+        args: Sequence[str] | None,
+        prog_name: str | None,
+        complete_var: str | None,
+        standalone_mode: bool,
+        windows_expand_args: bool,
         **extra: Any,
     ) -> Any:
         if not standalone_mode:
@@ -96,10 +123,6 @@ def main(
 ) -> None:
     """Tool-augmented spatial reasoning: simulated data, Toolshed tools, evaluation."""
     setup_logging(log_level)
-    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
-        # Piped into a file, a table keeps its natural width (rich would cut it at 80 columns); rich
-        # reads COLUMNS whenever it measures, so the consoles made at import follow it too.
-        os.environ["COLUMNS"] = str(PIPED_COLUMNS)
 
 
 app.add_typer(data.app, name="data", help="Generate and inspect SpatialSim benchmark sets.")
@@ -111,6 +134,7 @@ app.add_typer(train.app, name="train", help="DIRL training: teacher traces, SFT,
 app.add_typer(models.app, name="models", help="Pretrained base models that run here (converted once).")
 app.command(name="demo")(demo.demo)
 app.command(name="serve", help="Serve a tool set over HTTP.")(serve.serve)
+app.command(name="env")(env.env)
 # Help texts are plain text: rich markup would eat their brackets ("report_to=[tensorboard,wandb]").
 for _sub_app in (app, *(group.typer_instance for group in app.registered_groups)):
     if _sub_app is not None:
