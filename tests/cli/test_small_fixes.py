@@ -94,3 +94,12 @@ def test_package_metadata_is_in_todays_format() -> None:
     assert re.search(r'^license = "Apache-2.0"$', text, re.M)  # an SPDX string, not the deprecated table
     (pybullet,) = re.findall(r'"(pybullet *[<>=!~][^"]*)"', text)
     assert "==" not in pybullet and ">=" in pybullet
+
+
+def test_a_misspelt_config_key_gets_the_key_it_may_mean(tmp_path: Path) -> None:
+    args = ["train", "dirl", "--config", str(ROOT / "configs/dirl-tiny.yaml"), "--out", str(tmp_path / "run")]
+    result = runner.invoke(app, [*args, "sft.epochz=2"])
+    assert result.exit_code == 2 and "sft.epochz: unknown key; did you mean 'epochs'?" in result.output
+    nested = runner.invoke(app, [*args, "grpo.rollout.max_trns=2"])
+    assert nested.exit_code == 2 and "did you mean 'max_turns'" in nested.output
+    assert not (tmp_path / "run").exists()

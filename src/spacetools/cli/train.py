@@ -23,6 +23,7 @@ from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.cli.extras import require_extra
 from spacetools.cli.options import check_device, check_model_folder, check_out_folder
+from spacetools.kit.suggestions import problem_line
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
@@ -54,9 +55,7 @@ def _config(cls: type[Any], path: Path | None, overrides: list[str] | None, **op
     try:
         return load_config(cls, path, overrides or (), **options)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in error.errors()
-        )
+        problems = "; ".join(problem_line(e, cls) for e in error.errors())  # a misspelt key: its match
         raise typer.BadParameter(problems, param_hint=hint) from None
     except (OSError, ValueError) as error:
         raise typer.BadParameter(str(error), param_hint=hint) from None
