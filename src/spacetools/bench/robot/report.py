@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from spacetools.agent.types import ToolCallRecord
 from spacetools.bench.pages import render_page
 from spacetools.bench.report.toolchain import declared_geometry, tool_geometry_picture
 
@@ -85,11 +86,11 @@ class _Episode:
     calls: list[_Call]
 
 
-def _call_pictures(result: EpisodeResult, number: int, call: Any, folder: Path) -> list[_Picture]:
+def _call_pictures(result: EpisodeResult, number: int, call: ToolCallRecord, folder: Path) -> list[_Picture]:
     """Write call ``number``'s pictures into the episode's folder: the ones its tool returned, then a
     zoomed drawing of each grasp or box it reported on the task's image."""
     trajectory = result.trajectory
-    pictures = []
+    pictures: list[_Picture] = []
     for i in call.image_indices:
         if 0 <= i - trajectory.task_image_count < len(trajectory.images):
             picture = Image.fromarray(trajectory.images[i - trajectory.task_image_count])
