@@ -20,7 +20,7 @@ from serving import GateTool, serving, serving_with_server, wait_for_stats, wait
 from spacetools.kit import imagecodec
 from spacetools.tools.diagnostics import EchoTool
 from spacetools.toolshed import ToolDeployment, Toolshed
-from spacetools.toolshed.arguments import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ELEMENTS
+from spacetools.toolshed.call_arguments import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ELEMENTS
 from spacetools.toolshed.http import toolshed_for
 from spacetools.toolshed.limits import ServerLimits
 

@@ -82,7 +82,8 @@ def resample_nearest(array: np.ndarray, height: int, width: int) -> np.ndarray:
         return array
     rows = ((np.arange(height) + 0.5) * array.shape[0] / height).astype(np.intp)
     cols = ((np.arange(width) + 0.5) * array.shape[1] / width).astype(np.intp)
-    return array[rows[:, None], cols[None, :]]
+    resampled: np.ndarray = array[rows[:, None], cols[None, :]]
+    return resampled
 
 
 def _store_key(key: tuple[str, int, int]) -> str:

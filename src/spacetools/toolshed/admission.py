@@ -20,6 +20,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from spacetools.kit.errors import OverloadedError
+
 __all__ = ["RETRY_AFTER_S", "CallAdmission", "CallAdmissionMiddleware", "server_options"]
 
 #: The seconds a refused client is asked to wait before it tries again.
@@ -73,7 +75,7 @@ class CallAdmissionMiddleware:
     def __init__(self, app: ASGIApp, admission: CallAdmission) -> None:
         self.app = app
         self.admission = admission
-        self._refusal = json.dumps({"detail": admission.refusal}).encode()
+        self._refusal = json.dumps({"detail": admission.refusal, "code": OverloadedError.code}).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not (scope["type"] == "http" and scope["method"] == "POST" and _is_calls_path(scope["path"])):

@@ -38,6 +38,7 @@ from spacetools.agent.policies.generation import (
     vision_token_ids,
 )
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer, TokenTrace
+from spacetools.agent.types import Policy
 from spacetools.kit import imagecodec
 from spacetools.kit.loading import DTYPES, load_processor, load_vlm
 from spacetools.kit.textonly import TEXT_ONLY_NOTE, has_vision, image_note
@@ -151,7 +152,7 @@ class _Stats:
     entropy_sum: float = 0.0  # summed entropy of the distributions the sampled tokens came from
 
 
-class HFPolicy:
+class HFPolicy(Policy):
     """A loaded Hugging Face VLM or causal LM as a :class:`~spacetools.agent.types.Policy`.
 
     Args:

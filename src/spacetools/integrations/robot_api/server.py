@@ -24,7 +24,8 @@ from PIL import Image
 
 from spacetools.tools.robot.backend import MotionOutcome, RobotBackend, RobotMotionError, pose_problem
 from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES, TOKEN_ENV
-from spacetools.toolshed.http import BearerTokenMiddleware, SafeJSONResponse, invalid_body
+from spacetools.toolshed.http import BearerTokenMiddleware
+from spacetools.toolshed.http_responses import SafeJSONResponse, invalid_body
 from spacetools.toolshed.limits import is_loopback
 
 __all__ = ["MIN_TOKEN_LENGTH", "check_exposure", "create_robot_app"]
