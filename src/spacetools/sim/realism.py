@@ -125,10 +125,12 @@ def perturb_sensor_depth(depth: np.ndarray, profile: Profile, rng: np.random.Gen
     The noise is quantised to the millimetre, as a sensor's 16-bit depth image in millimetres is.
     """
     if profile.sensor_noise_base_m == 0 and profile.sensor_noise_quadratic == 0:
-        return depth.copy()
+        unchanged: np.ndarray = depth.copy()
+        return unchanged
     sigma = profile.sensor_noise_base_m + profile.sensor_noise_quadratic * (depth - 0.4) ** 2
     noisy = depth + rng.normal(0.0, 1.0, size=depth.shape) * sigma
-    return np.maximum(np.round(noisy * 1000.0) / 1000.0, 1e-3).astype(np.float32)
+    measured: np.ndarray = np.maximum(np.round(noisy * 1000.0) / 1000.0, 1e-3).astype(np.float32)
+    return measured
 
 
 def perturb_focal_length(focal_length_px: float, profile: Profile, rng: np.random.Generator) -> float:
