@@ -91,10 +91,12 @@ class EvalConfig(BaseModel):
     report: bool = True
     max_policy_errors: Annotated[int, Field(ge=0)] = MAX_POLICY_ERRORS
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
+    versions: dict[str, str | None] | None = None
+    """What a run was made with (``kit.versions``), as its ``run.json`` records it; never compared."""
 
     def run_record(self) -> dict[str, Any]:
-        """What ``run.json`` holds."""
-        return self.model_dump(mode="json")
+        """What ``run.json`` holds (the versions are added as the run starts)."""
+        return self.model_dump(mode="json", exclude={"versions"})
 
     @property
     def folder(self) -> RunFolder:
