@@ -82,7 +82,7 @@ class RolloutConfig(BaseModel):
     tokens cannot run under that budget: its episodes end with a ``rollout_error`` saying so.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_turns: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TURNS
     max_tool_response_chars: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TOOL_RESPONSE_CHARS

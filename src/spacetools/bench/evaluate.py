@@ -77,7 +77,7 @@ class EvalConfig(BaseModel):
     ``max_policy_errors`` episodes in a row end with a policy error (0: never).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     data: Path
     out: Path

@@ -98,7 +98,8 @@ class SamplesWriter:
         self._fd: int | None = None
 
     def __enter__(self) -> SamplesWriter:
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Never through a symlink: appending would write into whatever it points at.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         return self
 
     def __exit__(

@@ -131,10 +131,10 @@ def serve(
         return
     import uvicorn
 
-    from spacetools.toolshed.admission import server_options
+    from spacetools.toolshed.slow_clients import server_options
 
     app = create_app(toolshed_for(deployments, limits, seed=seed), limits)
-    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits.max_connections))
+    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits))
 
 
 def _serve_mcp(
@@ -156,8 +156,8 @@ def _serve_mcp(
         return
     import uvicorn
 
-    from spacetools.toolshed.admission import server_options
+    from spacetools.toolshed.slow_clients import server_options
 
     shorten_log_lines(logging.getLogger("uvicorn.error"), logging.getLogger("uvicorn.access"))
     app = streamable_http_app(server, limits, host)
-    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits.max_connections))
+    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits))

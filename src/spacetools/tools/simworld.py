@@ -45,7 +45,7 @@ DEFAULT_CACHE_MB = 256.0
 class SimulationSettings(BaseModel):
     """The deployment settings of a simulated tool (other keys are the Toolshed's to judge)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     profile: str = "exact"
     max_render_pixels: int = Field(DEFAULT_MAX_RENDER_PIXELS, ge=MIN_RENDER_PIXELS)

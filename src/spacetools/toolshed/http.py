@@ -72,7 +72,7 @@ def create_app(toolshed: Toolshed, limits: ServerLimits | None = None) -> FastAP
     session and queue limits are set where it is made (`toolshed_for`).
     """
     limits = limits or ServerLimits()
-    admission = CallAdmission(limits.max_calls_in_flight)
+    admission = CallAdmission(limits.max_calls_in_flight, toolshed.method_router)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

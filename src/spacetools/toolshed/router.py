@@ -65,6 +65,11 @@ class ToolRouter:
         return self.pool.instances
 
     @property
+    def size(self) -> int:
+        """The instances the pool holds (or is restarting)."""
+        return self.pool.size
+
+    @property
     def standby(self) -> list[Instance]:
         """Started instances kept outside the pool, ready to join it."""
         return self.pool.standby

@@ -127,8 +127,9 @@ async def call(request: Request) -> Response:
 
     The body is a list of `CallRequest`. Refused with 503 while the server holds
     `max_calls_in_flight` calls, before the body is read (`CallAdmissionMiddleware` admits the
-    request as one call; the rest are admitted once the body says how many it holds); cancelled
-    when the client disconnects before the results are ready.
+    request as one call; the rest are admitted once the body says how many it holds), or when a
+    call's tool is expected to keep it queued past its queue wait (`CallAdmission.admit_calls`);
+    cancelled when the client disconnects before the results are ready.
     """
     state = served(request)
     limits, admission = state.limits, state.admission
@@ -144,15 +145,16 @@ async def call(request: Request) -> Response:
     calls = (
         _read_calls(body) if len(body) <= _SMALL_BODY_BYTES else await asyncio.to_thread(_read_calls, body)
     )
-    extra = max(len(calls) - 1, 0)  # the request itself was admitted as one call
-    if not admission.admit_more(extra):
-        raise OverloadedError(admission.refusal)
+    names = [item.name for item in calls]
+    refusal = admission.admit_calls(names, request.scope)
+    if refusal is not None:
+        raise OverloadedError(refusal)
     try:
         results = await _unless_disconnected(
             request, session.call_many([(item.name, item.arguments) for item in calls])
         )
     finally:
-        admission.release(extra)
+        admission.release_calls(names)
     if results is None:  # nobody is listening any more
         return SafeJSONResponse([])
     return _results_response([await _to_response(result, images) for result in results])
@@ -386,6 +388,7 @@ async def stats(state: Served) -> dict[str, Any]:
         **state.toolshed.stats(),
         "calls_in_flight": state.admission.in_flight,
         "calls_refused": state.admission.refused,
+        "calls_refused_by_expected_wait": state.admission.refused_by_wait,
     }
 
 

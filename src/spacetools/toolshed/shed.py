@@ -248,6 +248,11 @@ class Toolshed:
         """The router of one tool (its instances and statistics)."""
         return self._routers[tool_name]
 
+    def method_router(self, name: str) -> ToolRouter | None:
+        """The router serving the tool method `name` (``"tool.method"``); None for an unknown name."""
+        entry = self._methods.get(name)
+        return None if entry is None else entry[0]
+
     def open_session(
         self,
         images: Sequence[np.ndarray],

@@ -14,6 +14,8 @@ from spacetools.kit.definition import ToolResult
 __all__ = ["LATENCY_BUCKETS_S", "Histogram", "ToolStats", "percentiles_ms"]
 
 _LATENCY_WINDOW = 10_000
+#: The weight of the newest call in a tool's moving average of service time (about the last 20 calls).
+_SERVICE_WEIGHT = 0.05
 # Histogram bounds, seconds: from a vision op's millisecond to a model call's minute (Prometheus `le`).
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -55,9 +57,11 @@ class ToolStats:
     waits_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     latency_histogram: Histogram = field(default_factory=Histogram)
     wait_histogram: Histogram = field(default_factory=Histogram)
+    #: Recent time an instance spends on a call (a moving average; None before the first call).
+    service_s: float | None = None
 
     def record(self, result: ToolResult, latency_s: float, wait_s: float | None = None) -> None:
-        """Count one finished call (`wait_s` is None when the call never reached the queue)."""
+        """Count one finished call (`wait_s` is None when the call never reached an instance)."""
         self.calls += 1
         self.errors += int(result.is_error)
         self.latencies_s.append(latency_s)
@@ -65,6 +69,12 @@ class ToolStats:
         if wait_s is not None:
             self.waits_s.append(wait_s)
             self.wait_histogram.observe(wait_s)
+            service_s = latency_s - wait_s
+            self.service_s = (
+                service_s
+                if self.service_s is None
+                else self.service_s + _SERVICE_WEIGHT * (service_s - self.service_s)
+            )
 
 
 def percentiles_ms(samples: deque[float]) -> dict[str, float | None]:

@@ -104,7 +104,7 @@ class DIRLRun:
         if (folder / DONE).is_file():
             self._note(f"[{name}] done before, skipped")
             return
-        with run_log(folder):
+        with run_folder_lock(folder), run_log(folder):  # the lock first: it marks the folder as a run's
             self._note(f"[{name}] …")
             started = time.perf_counter()
             result = work(folder)

@@ -30,6 +30,8 @@ from spacetools.bench.summary import Summary, format_metrics, short_name
 
 #: A report is for reading: world-readable, as a file written with the usual umask is.
 REPORT_MODE = 0o644
+STAGING_PREFIX = ".report-files-"
+"""The side files are written into a hidden folder of this prefix, then swapped in; a kill leaves one."""
 
 
 def _shown_rows(
@@ -135,7 +137,10 @@ def _write_side_files(folder: Path, files: Mapping[str, bytes | Path]) -> None:
     """Replace ``folder`` with one holding ``files`` (none: no folder), so no picture of an earlier
     report is left behind. A file kept with a card is linked, not copied (copied where it cannot be:
     another file system)."""
-    fresh = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".report-files-"))
+    for leftover in folder.parent.glob(f"{STAGING_PREFIX}*"):  # a killed run's; the run folder is ours alone
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover)
+    fresh = Path(tempfile.mkdtemp(dir=folder.parent, prefix=STAGING_PREFIX))
     try:
         for name, content in files.items():
             if isinstance(content, bytes):
