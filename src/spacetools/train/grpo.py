@@ -3,9 +3,10 @@
 Per step: take `prompts_per_step` questions, run `group_size` episodes of each through the project's own
 rollout against a Toolshed (tools live, in-process or a remote server), reward each episode with
 `compute_score`, normalise rewards within each group, and take one clipped policy-gradient step on the
-model's own tokens, with a KL penalty to the starting (SFT) model. The trainer never sees tool internals:
-it reads the token-exact episodes the recording `HFPolicy` sampled (a step's episodes generated together,
-in batches) and the rollout's scores.
+model's own tokens, with a KL penalty to the starting (SFT) model. The trainer never sees tool internals
+and touches only what the rollout returns: each trajectory's token-exact episode (`Trajectory.tokens`:
+ids, mask, sampling log-probabilities, pixels; a step's episodes generated together, in batches), its
+score and its sampling figures. A step's sampling seed goes in with the rollout call.
 
 Shapes: `B = prompts_per_step * group_size` episodes per step, each `(1, T_i)` tokens (processed one at a
 time, so no padding); `rewards (B,)`, `advantages (B,)`; `logp`, `old_logp`, `ref_logp`, `mask (1, T_i)`.
@@ -42,7 +43,7 @@ from spacetools.train.checkpoint import (
     truncate_metrics,
 )
 from spacetools.train.config import GRPOConfig, record_config
-from spacetools.train.episodes import forward_logprobs, recorded_example
+from spacetools.train.episodes import forward_logprobs, sampled_example
 from spacetools.train.objectives import group_advantages, grpo_loss
 
 CHECKPOINT_DIR = "checkpoint"
@@ -84,6 +85,16 @@ def step_metrics(trajectories: list[Trajectory], rewards: torch.Tensor, group_si
         "valid_turn_rate": 1.0 - invalid / max(turns, 1),
         "answered_rate": float(np.mean([t.answer is not None for t in trajectories])),
         "tool_time_s": float(sum(c.latency_s for t in trajectories for c in t.tool_calls)),
+    }
+
+
+def sampling_stats(trajectories: list[Trajectory]) -> dict[str, float]:
+    """The model's share of a step's rollout and the mean entropy per sampled token, from the episodes."""
+    tokens = sum(int(t.stats.get("model_tokens", 0)) for t in trajectories)
+    entropy = sum(float(t.stats.get("sampled_entropy", 0.0)) for t in trajectories)
+    return {
+        "generate_s": sum(float(t.stats.get("generate_s", 0.0)) for t in trajectories),
+        "entropy": entropy / tokens if tokens else 0.0,
     }
 
 
@@ -159,10 +170,14 @@ async def _train_grpo(
                     episode_input(samples[i][1], f"{samples[i][0]}#{k}") for i in indices for k in range(n)
                 ]
                 model.eval()
-                policy.seed = config.seed * 1_000_003 + step
-                policy.reset_stats()
-                trajectories = await run_episodes(policy, provider, inputs, config=config.rollout)
-                sampling = policy.stats()
+                trajectories = await run_episodes(
+                    policy,
+                    provider,
+                    inputs,
+                    config=config.rollout,
+                    sampling_seed=config.seed * 1_000_003 + step,
+                )
+                sampling = sampling_stats(trajectories)
                 generated = time.perf_counter()
 
                 # 2. Reward and advantages: rewards (B,) -> advantages (B,), normalised within each group.
@@ -171,13 +186,14 @@ async def _train_grpo(
 
                 # 3. One policy-gradient step, token-mean over the batch, one episode at a time.
                 model.train()
-                examples = [recorded_example(policy.recorded(t.task_id)) for t in trajectories]
+                examples = [sampled_example(t) for t in trajectories]
+                blocked = [list(t.tokens.blocked) if t.tokens else [] for t in trajectories]
                 tokens = sum(int(e.mask.sum()) for e in examples)
                 kl = clip = policy_loss = drift = 0.0
-                for example, advantage in zip(examples, advantages, strict=True):
+                for example, advantage, suppressed in zip(examples, advantages, blocked, strict=True):
                     mask = example.mask.unsqueeze(0).to(config.device)  # (1, T)
                     logp = forward_logprobs(
-                        model, example, config.device, policy.blocked, temperature=config.temperature
+                        model, example, config.device, suppressed, temperature=config.temperature
                     )  # (1, T)
                     assert example.logprobs is not None
                     old_logp = example.logprobs.unsqueeze(0).to(config.device)  # (1, T)
@@ -188,7 +204,7 @@ async def _train_grpo(
                                 reference,
                                 example,
                                 config.device,
-                                policy.blocked,
+                                suppressed,
                                 temperature=config.temperature,
                             )  # (1, T)
                     out = grpo_loss(
@@ -210,7 +226,7 @@ async def _train_grpo(
                 grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-                policy.forget()
+                policy.refresh()  # the engine drops what the old weights computed
                 updated = time.perf_counter()
 
                 row = {
