@@ -153,3 +153,44 @@ def test_smollm2_cached_turns_equal_turns_encoded_whole_and_logprobs_a_full_forw
     processor = load_processor(folder)
     _check_greedy_equal(model, processor, turns=2, max_new_tokens=8)
     _check_sampled_logprobs(model, processor, turns=2, temperature=1.0)
+
+
+def test_an_interrupt_stops_generation_at_the_next_token_and_closing_sets_it(tiny_qwen2: Path) -> None:
+    import threading
+
+    from spacetools.agent.policies.engine import GenerationInterrupted
+    from spacetools.agent.policies.generation import Row
+
+    model = load_vlm(tiny_qwen2, device="cpu", dtype="float32")
+    policy = HFPolicy(model, load_processor(tiny_qwen2), max_new_tokens=40)
+    engine: Any = policy.engine
+    engine.ends = set()  # a random model may end early; this call must run its 40 tokens unless stopped
+    ids = list(range(5, 30))
+    full = engine.generate([Row(ids, [], 0, 40)])
+    assert len(full[0].ids) == 40
+    steps: list[int] = []
+
+    def stop_after_three(writing: int) -> None:
+        steps.append(writing)
+        if len(steps) == 3:
+            engine.interrupt.set()
+
+    engine._count = stop_after_three
+    with pytest.raises(GenerationInterrupted):
+        engine.generate([Row(ids, [], 0, 40)])
+    assert len(steps) == 3  # no step ran after the one that saw the interrupt
+
+    # Closing the policy mid-generation (what Ctrl-C does to the run's task) sets the interrupt.
+    engine.interrupt.clear()
+    started = threading.Event()
+    engine._count = lambda writing: started.set()
+
+    async def close_while_generating() -> None:
+        state_task = asyncio.ensure_future(policy._queue(Row(ids, [], 0, 40)))
+        await asyncio.to_thread(started.wait)
+        await policy.aclose()
+        with pytest.raises(asyncio.CancelledError):
+            await state_task
+
+    asyncio.run(close_while_generating())
+    assert engine.interrupt.is_set()

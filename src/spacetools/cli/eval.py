@@ -196,6 +196,12 @@ def run(
         # The arguments were fine but the run failed (a model or a Toolshed that does not answer).
         typer.echo(f"Error: {error}", err=True)
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo(
+            f"Interrupted: the finished samples are in {out / SAMPLES_FILE}; rerun the same command to resume.",
+            err=True,
+        )
+        raise typer.Exit(130) from None
     console.print(
         f"Report: {out / REPORT_FILE}  (samples: {out / SAMPLES_FILE}, summary: {out / SUMMARY_FILE})"
     )

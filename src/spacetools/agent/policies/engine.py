@@ -4,11 +4,13 @@
 another engine (CTranslate2, in ``ct2.py``) must sample what it samples. The HF engine keeps each
 episode's KV cache across its turns and shares the system prefix between new episodes
 (:mod:`~spacetools.agent.policies.kvcache`); `refresh` after a weight update drops what the old weights
-computed.
+computed. Generation stops at the next token once `interrupt` is set (Ctrl-C), raising
+:class:`GenerationInterrupted` instead of returning cut turns.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 from spacetools.agent.policies.generation import Row, Sampled, generate_rows
@@ -33,6 +35,10 @@ class Engine(Protocol):
         ...
 
 
+class GenerationInterrupted(RuntimeError):
+    """Generation stopped before its turns were complete (the run is being interrupted)."""
+
+
 class HFEngine:
     """Batched transformers ``generate`` (see :func:`~spacetools.agent.policies.generation.generate_rows`),
     reusing each row's cache (``Row.cache``) and a shared prompt prefix."""
@@ -46,6 +52,8 @@ class HFEngine:
         self.blocked = blocked
         self.ends = ends
         self.prefix: KVSlot | None = None  # the last new episode's prompt, whose start the next ones share
+        self.interrupt = threading.Event()  # set from the event loop's thread: stop at the next token
+        self.in_flight = 0  # tokens written so far by the running call (live progress)
 
     def refresh(self, model: Any) -> None:
         self.model = model
@@ -54,6 +62,7 @@ class HFEngine:
     def generate(self, rows: list[Row]) -> list[Sampled]:
         import torch
 
+        self.in_flight = 0
         with torch.inference_mode():
             unshared = self._start_new(rows)
             width = max(len(row.ids) for row in rows)
@@ -69,7 +78,12 @@ class HFEngine:
                 blocked=self.blocked,
                 ends=self.ends,
                 past=past,
+                interrupt=self.interrupt,
+                on_step=self._count,
             )
+            self.in_flight = 0
+            if self.interrupt.is_set():
+                raise GenerationInterrupted("generation interrupted")
             for i, (row, result) in enumerate(zip(rows, sampled, strict=True)):
                 result.cached = max(len(row.ids) - fed, 0)
                 if row.cache is not None:
@@ -78,6 +92,9 @@ class HFEngine:
             if unshared is not None and unshared.cache is not None:
                 self.prefix = unshared.cache.cropped(len(unshared.ids))
         return sampled
+
+    def _count(self, writing: int) -> None:
+        self.in_flight += writing
 
     def _start_new(self, rows: list[Row]) -> Row | None:
         """Start new episodes' caches from the shared prefix (encoding it once when several new episodes

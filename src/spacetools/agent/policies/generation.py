@@ -15,6 +15,8 @@ torch and transformers are imported inside the functions, so the package imports
 from __future__ import annotations
 
 import copy
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -188,14 +190,31 @@ def generate_rows(
     blocked: list[int],
     ends: set[int],
     past: Any = None,
+    interrupt: threading.Event | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> tuple[list[Sampled], Any]:
     """Continue every row in one left-padded `generate` call, as long as its longest row may grow; each
     row's new tokens end at an end token or at its own limit. Returns them with the batch's KV cache.
 
-    `past`: the cache of the batch's first positions (see :func:`~spacetools.agent.policies.kvcache.batch_cache`).
+    `past`: the cache of the batch's first positions (see :func:`~spacetools.agent.policies.kvcache.batch_cache`);
+    `interrupt`: once set, generation stops after the current step (the caller discards the batch);
+    `on_step`: called after each step with the number of rows still writing (live progress).
     """
     import torch
-    from transformers import LogitsProcessorList
+    from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+    end_ids = torch.tensor(sorted(ends), dtype=torch.long)
+
+    class Interrupted(StoppingCriteria):
+        """Stops every row once `interrupt` is set; reports the rows still writing to `on_step`."""
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            if on_step is not None:
+                new = input_ids[:, width:].cpu()  # (B, t)
+                ended = torch.isin(new, end_ids).any(-1)  # (B,)
+                on_step(int((~ended).sum()))
+            stop = interrupt is not None and interrupt.is_set()
+            return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
     width = max(len(row.ids) for row in rows)
     ids = torch.full((len(rows), width), config.pad_token_id, dtype=torch.long)  # (B, T)
@@ -218,6 +237,7 @@ def generate_rows(
             **{key: value.to(device) for key, value in vision.items()},
             generation_config=config,
             logits_processor=LogitsProcessorList([sampler]),
+            stopping_criteria=StoppingCriteriaList([Interrupted()]),
             cache=past,
         )
     new = output.sequences[:, width:].tolist()  # (B, N): after a row's end token, padding

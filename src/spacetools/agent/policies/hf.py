@@ -258,7 +258,8 @@ class HFPolicy:
 
     def stats(self) -> dict[str, float]:
         """Requests served, ``generate`` calls (batches) and their sizes, new tokens, generation time and the
-        mean entropy per sampled token (temperature applied), since :meth:`reset_stats`."""
+        mean entropy per sampled token (temperature applied), since :meth:`reset_stats`; and the tokens the
+        running call has written so far (live progress)."""
         stats = self._stats
         return {
             "requests": stats.requests,
@@ -268,6 +269,7 @@ class HFPolicy:
             "new_tokens": stats.new_tokens,
             "generate_s": stats.generate_s,
             "entropy": stats.entropy_sum / stats.new_tokens if stats.new_tokens else 0.0,
+            "tokens_in_flight": getattr(self.engine, "in_flight", 0),
         }
 
     def reset_stats(self) -> None:
@@ -323,7 +325,11 @@ class HFPolicy:
             try:
                 results = await asyncio.to_thread(self._generate, [request.row for request in batch])
             except asyncio.CancelledError:
-                # Closing mid-generation must not leave these callers waiting forever.
+                # Closing mid-generation (Ctrl-C) stops the worker thread at its next token, and must not
+                # leave these callers waiting forever.
+                interrupt = getattr(self.engine, "interrupt", None)
+                if interrupt is not None:
+                    interrupt.set()
                 for request in batch:
                     request.future.cancel()
                 raise
@@ -338,6 +344,9 @@ class HFPolicy:
 
     def _generate(self, rows: list[Row]) -> list[tuple[Sampled, float]]:
         """One batched call of the engine (runs in a worker thread); each row with its share of the time."""
+        interrupt = getattr(self.engine, "interrupt", None)
+        if interrupt is not None:
+            interrupt.clear()  # a new run (a policy outlives an interrupted one)
         started = time.perf_counter()
         sampled = self.engine.generate(rows)
         elapsed = time.perf_counter() - started
