@@ -41,7 +41,7 @@ RSS_SLACK = 768 * 2**20
 SERVER = """
 import sys, json, uvicorn
 from spacetools.toolshed import ToolDeployment
-from spacetools.toolshed.admission import server_options
+from spacetools.toolshed.slow_clients import server_options
 from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
 from spacetools.toolshed.limits import ServerLimits
 
@@ -54,7 +54,7 @@ deployments = [
 ]
 app = create_app(toolshed_for(deployments, limits), limits)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
-            **server_options(limits.max_connections))
+            **server_options(limits))
 """
 
 

@@ -10,9 +10,12 @@ with `PYTHONPATH` at another checkout's `src` to measure that code side by side.
     once with no one else posting, as the reference of its cost.
 (b) burst: `--burst` requests of one call each (a 50 ms sleep) at once, each on its own raw
     connection, against 8 in-process instances with a 1.5 s tool timeout and 3 s of queue wait (the
-    deadline: 4.5 s), at most `--in-flight` calls admitted (one burst per value given). Reported:
-    client-side latency percentiles of all answers, from connect to answer (target: p99 within the
-    deadline + 1 s) and of the 503s (which must be fast), and the answers by kind. The client speaks
+    deadline: 4.5 s), at most `--in-flight` calls admitted (one burst per value given), after
+    8 calls that tell the server the tool's service time. With `--pin` the server runs on core 1 and
+    this process, the client, on core 0 (`os.sched_setaffinity`). Reported: client-side latency
+    percentiles, from connect to answer, of all answers, of the calls let in (target: p99 within the
+    deadline + 1 s) and of the 503s (target: within 1 s), the answers by kind, and how many calls the
+    server refused for an expected wait past their queue wait. The client speaks
     raw HTTP/1.1 so that it costs the shared cores little: an HTTP client library's own parsing of a
     thousand answers is timed as the server's latency otherwise. `--baseline-src` runs each part
     (each hostile body size, each burst) against another checkout's server too, just before this code's.
@@ -39,11 +42,14 @@ import psutil
 from served import server_in_subprocess
 
 TIMEOUT_S = 1.5
+WARM_UP_CALLS = 8
 QUEUE_WAIT_S = 3.0
 DEADLINE_S = TIMEOUT_S + QUEUE_WAIT_S
 
 SERVER = """
-import sys, uvicorn
+import os, sys, uvicorn
+if sys.argv[2] != "-":
+    os.sched_setaffinity(0, {{int(sys.argv[2])}})  # before any thread starts: they inherit it
 from spacetools.tools.diagnostics import EchoTool, SleepTool
 from spacetools.toolshed import ToolDeployment
 from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
@@ -57,20 +63,31 @@ deployments = [
 ]
 app = create_app(toolshed_for(deployments, limits), limits)
 try:
-    from spacetools.toolshed.admission import server_options
-    options = server_options(limits.max_connections)
-except ImportError:  # code from before admission at the door, as the benchmark ran it then
-    options = dict(http="h11", backlog=4096)
+    from spacetools.toolshed.slow_clients import server_options
+    options = server_options(limits)
+except ImportError:
+    try:  # code from before the read deadlines
+        from spacetools.toolshed.admission import server_options
+        options = server_options(limits.max_connections)
+    except ImportError:  # code from before admission at the door, as the benchmark ran it then
+        options = dict(http="h11", backlog=4096)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", **options)
 """
 
 
+#: The cores of the server and of this process (the client) with `--pin`, each its own.
+SERVER_CORE, CLIENT_CORE = 1, 0
+
+
 @contextlib.contextmanager
-def server_process(in_flight: int, src: str | None = None) -> Iterator[tuple[str, psutil.Process]]:
-    """The server in a subprocess (of the code in `src`, else this one); yields its base URL and process."""
+def server_process(
+    in_flight: int, src: str | None = None, pin: bool = False
+) -> Iterator[tuple[str, psutil.Process]]:
+    """The server in a subprocess (of the code in `src`, else this one), on `SERVER_CORE` with `pin`;
+    yields its base URL and process."""
     code = SERVER.format(queue_wait=QUEUE_WAIT_S, in_flight=in_flight, timeout=TIMEOUT_S)
     env = None if src is None else {**os.environ, "PYTHONPATH": src}
-    with server_in_subprocess(code, env=env) as (url, process):
+    with server_in_subprocess(code, str(SERVER_CORE) if pin else "-", env=env) as (url, process):
         yield url, psutil.Process(process.pid)
 
 
@@ -155,6 +172,12 @@ async def burst(url: str, server: psutil.Process, requests: int) -> dict[str, An
     cores the server needs, and time their own parsing as the server's latency."""
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
         session_id = (await http.post("/sessions", json={"images": []})).json()["id"]
+        # A server in service knows its tools' service times: a few calls before the burst.
+        for _ in range(WARM_UP_CALLS):
+            await http.post(
+                f"/sessions/{session_id}/calls",
+                json=[{"name": "sleep.sleep", "arguments": {"seconds": 0.05}}],
+            )
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps([{"name": "sleep.sleep", "arguments": {"seconds": 0.05}}]).encode()
     request = (
@@ -191,14 +214,19 @@ async def burst(url: str, server: psutil.Process, requests: int) -> dict[str, An
     elapsed, server_cpu_s = time.perf_counter() - started, cpu_s(server) - server_cpu_s
     latencies = [latency for _kind, latency in answers]
     refused = [latency for kind, latency in answers if kind.startswith("HTTP 503")]
+    let_in = [latency for kind, latency in answers if not kind.startswith("HTTP 503")]
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        stats = (await http.get("/stats")).json()
     return {
         "requests": requests,
         "seconds": round(elapsed, 2),
         "server_cpu_s": round(server_cpu_s, 2),
         "deadline_s": DEADLINE_S,
         "latency_ms": percentiles_ms(latencies),
+        "let_in_ms": percentiles_ms(let_in),
         "refused_503_ms": percentiles_ms(refused),
         "answers": dict(Counter(kind for kind, _latency in answers)),
+        "refused_by_expected_wait": stats.get("calls_refused_by_expected_wait"),
     }
 
 
@@ -214,8 +242,13 @@ def main() -> None:
         "--in-flight",
         type=int,
         nargs="+",
-        default=[256, 16],
+        default=[1024, 256, 16],
         help="the server's max_calls_in_flight (a burst each)",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help=f"bursts with the server on core {SERVER_CORE} and this process (the client) on core {CLIENT_CORE}",
     )
     parser.add_argument(
         "--baseline-src",
@@ -234,11 +267,13 @@ def main() -> None:
             report[f"hostile_{megabytes:g}mb"] = asyncio.run(
                 hostile(url, args.hostile_clients, megabytes, args.seconds)
             )
+    if args.pin:
+        os.sched_setaffinity(0, {CLIENT_CORE})
     for in_flight in args.in_flight:
         if args.baseline_src:
-            with server_process(in_flight, args.baseline_src) as (url, server):
+            with server_process(in_flight, args.baseline_src, args.pin) as (url, server):
                 report[f"baseline_burst_in_flight_{in_flight}"] = asyncio.run(burst(url, server, args.burst))
-        with server_process(in_flight) as (url, server):
+        with server_process(in_flight, pin=args.pin) as (url, server):
             report[f"burst_in_flight_{in_flight}"] = asyncio.run(burst(url, server, args.burst))
     report["load_after"] = os.getloadavg()[0]
     print(json.dumps(report, indent=None if args.json else 2))

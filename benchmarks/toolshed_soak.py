@@ -44,7 +44,7 @@ SERVER = """
 import sys, uvicorn
 from spacetools.tools.diagnostics import FaultTool
 from spacetools.toolshed import ToolDeployment
-from spacetools.toolshed.admission import server_options
+from spacetools.toolshed.slow_clients import server_options
 from spacetools.toolshed.http import create_app, return_freed_memory, toolshed_for
 from spacetools.toolshed.limits import ServerLimits
 
@@ -55,7 +55,7 @@ limits = ServerLimits(max_sessions=4096, max_total_bytes={cap}, max_session_byte
 deployment = ToolDeployment(tool=FaultTool, backend="process", instances={instances}, timeout_s={timeout})
 app = create_app(toolshed_for([deployment], limits), limits)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
-            **server_options(limits.max_connections))
+            **server_options(limits))
 """
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spacetools.bench.runfolder import SamplesWriter, json_line, read_rows, repair_samples
+from spacetools.bench.runfolder import RunFolder, SamplesWriter, json_line, read_rows, repair_samples
 
 ROWS = [{"id": f"b/{i}", "question": "Is it \ud800 or \u00e9?", "score": {"score": 1.0}} for i in range(3)]
 
@@ -85,3 +85,19 @@ def test_a_short_write_is_cut_back_off(tmp_path: Path) -> None:
     assert "refused:" in result.stdout
     assert path.read_bytes() == whole
     assert json.loads(whole) == json.loads(json_line(ROWS[0]))
+
+
+def test_a_run_folder_records_its_run_and_keeps_its_rows(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    assert folder.recorded_run() is None and folder.rows() == [] and folder.done() == set()
+    folder.record_run({"policy": "scripted", "limit": 3})
+    assert folder.recorded_run() == {"policy": "scripted", "limit": 3}
+    with folder.writer() as writer:
+        for row in [*ROWS, ROWS[0]]:  # a sample written twice counts once
+            writer.append(row)
+    assert folder.rows() == ROWS and folder.done() == {"b/0", "b/1", "b/2"}
+    folder.forget_samples()
+    assert folder.rows() == [] and folder.recorded_run() is not None
+    folder.run_file.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        folder.recorded_run()

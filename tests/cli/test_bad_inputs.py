@@ -46,6 +46,7 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Path:
         tools=ToolsConfig(profile="exact"),
     )
     (root / "other_run" / "run.json").write_text(json.dumps(other.run_record()))
+    (root / "other_run" / "run.lock").write_text("")  # the first file a run writes: the folder is a run's
     return root
 
 
@@ -146,6 +147,11 @@ CASES: list[tuple[str, Case, str]] = [
         "resume-other-settings",
         lambda p: eval_args(p, "--profile", "harsh", out="other_run"),
         "holds a run with other settings (tools.profile: 'exact' -> 'harsh')",
+    ),
+    (
+        "option-not-finite",
+        lambda p: eval_args(p, "--option", "temperature=1e999"),
+        "1e999 is not a finite number",
     ),
     ("generate-into-a-full-folder", lambda p: ["data", "generate", "--out", str(p), "--n", "1"], "not empty"),
     (

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -17,6 +18,7 @@ import anyio
 import httpx
 import numpy as np
 import pytest
+import uvicorn
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -24,10 +26,16 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from PIL import Image
 from typer.testing import CliRunner
 
+from slow_client import SLOW_HEADERS, body_request, drip
 from spacetools.cli.main import app
+from spacetools.integrations.mcp.server import create_mcp_server, streamable_http_app
 from spacetools.kit import imagecodec
 from spacetools.sim.layout import build_scene
-from spacetools.toolshed.limits import TOKEN_ENV
+from spacetools.tools.diagnostics import EchoTool
+from spacetools.toolshed import ToolDeployment
+from spacetools.toolshed.http import toolshed_for
+from spacetools.toolshed.limits import TOKEN_ENV, ServerLimits
+from spacetools.toolshed.slow_clients import server_options
 
 SERVE = [
     sys.executable,
@@ -264,3 +272,29 @@ def test_mcp_over_http_beyond_loopback_needs_a_token(monkeypatch: pytest.MonkeyP
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2
     assert "exposes the tools to the network" in " ".join(result.output.split())
+
+
+def test_mcp_over_http_cuts_off_slow_clients() -> None:
+    """`serve --mcp --mcp-transport streamable-http` runs uvicorn with the Toolshed's settings."""
+    limits = ServerLimits(header_timeout_s=1.0, body_timeout_s=1.0)
+    toolshed = toolshed_for([ToolDeployment(tool=EchoTool, backend="inprocess")], limits)
+    app = streamable_http_app(create_mcp_server(toolshed, limits=limits), limits, "127.0.0.1")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", **server_options(limits)))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the MCP server did not start"
+            time.sleep(0.02)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        headers_late = drip(url, SLOW_HEADERS, 0.05).decode()
+        body_late = drip(url, b"{" + b" " * 50, 1.0, head=body_request("/mcp")).decode()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+    assert headers_late.startswith("HTTP/1.1 408") and "headers did not arrive within 1 s" in headers_late
+    assert body_late.startswith("HTTP/1.1 408") and "body did not arrive within 1 s" in body_late

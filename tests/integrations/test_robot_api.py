@@ -19,12 +19,14 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from spacetools.integrations.robot_api.server import create_robot_app
+from slow_client import SLOW_HEADERS, body_request, drip, read_until_closed
+from spacetools.integrations.robot_api.server import create_robot_app, robot_server_limits
 from spacetools.sim.layout import build_scene
 from spacetools.tools.robot import RobotUnavailableError
 from spacetools.tools.robot.backend import pose_problem
 from spacetools.tools.robot.http_client import TOKEN_ENV, HttpRobot
 from spacetools.tools.robot.simulated import SimulatedRobot
+from spacetools.toolshed.slow_clients import server_options
 
 TOKEN = "a-robot-token-of-32-characters!!"
 IDENTITY_AT_HALF_A_METRE = [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0.5], [0, 0, 0, 1]]
@@ -36,10 +38,10 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _serve(app: FastAPI) -> Iterator[str]:
+def _serve(app: FastAPI, **options: Any) -> Iterator[str]:
     port = _free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="off")
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="off", **options)
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -237,3 +239,30 @@ def test_pose_problem_names_the_flaw_and_accepts_a_rounded_rotation(
         3,
     )
     assert pose_problem(rounded) is None
+
+
+def test_slow_clients_are_cut_off_and_cannot_lock_the_arm_out(robot: SimulatedRobot) -> None:
+    """`robot serve`'s settings: 70 sockets that drip headers locked the robot API out before."""
+    limits = robot_server_limits(max_connections=4).model_copy(
+        update={"header_timeout_s": 1.0, "body_timeout_s": 1.0}
+    )
+    for url in _serve(create_robot_app(robot), **server_options(limits)):
+        host, port = url.removeprefix("http://").split(":")
+        slow = [socket.create_connection((host, int(port)), timeout=30) for _ in range(2)]
+        try:
+            for raw in slow:
+                raw.sendall(SLOW_HEADERS[:10])  # and never the rest
+            # The slow client holds its 2 connections, half of 4: its next one is refused at once.
+            with socket.create_connection((host, int(port)), timeout=30) as third:
+                refused = read_until_closed(third).decode()
+            local = httpx.HTTPTransport(local_address="127.0.0.2")
+            with httpx.Client(transport=local, timeout=30) as other_client:
+                assert other_client.get(f"{url}/health").status_code == 200
+            answers = [read_until_closed(raw).decode() for raw in slow]
+        finally:
+            for raw in slow:
+                raw.close()
+        slow_body = drip(url, b"[" + b" " * 50, 1.0, head=body_request("/execute_grasp"))
+        assert refused.startswith("HTTP/1.1 503") and "retry-after: 1" in refused.lower()
+        assert all(answer.startswith("HTTP/1.1 408") for answer in answers), answers
+        assert slow_body.decode().startswith("HTTP/1.1 408")

@@ -30,6 +30,14 @@ def test_jpeg_is_close_and_masks_round_trip() -> None:
     assert np.array_equal(imagecodec.decode_mask(imagecodec.to_data_url(mask)), mask)
 
 
+def test_encoded_bytes_become_a_data_url_as_they_are() -> None:
+    jpeg = imagecodec.encode(_image(), "jpeg", quality=70)
+    url = imagecodec.encoded_data_url(jpeg, "jpeg")
+    assert url.startswith("data:image/jpeg;base64,")
+    assert imagecodec.image_bytes(url) == jpeg
+    assert imagecodec.to_data_url(_image()) == imagecodec.encoded_data_url(imagecodec.encode(_image()), "png")
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

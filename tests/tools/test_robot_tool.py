@@ -66,7 +66,8 @@ def test_capture_and_depth_describe_the_robot_camera(scene: dict[str, Any]) -> N
             )
             assert depth.value["focal_length_px"] == pytest.approx(scene["view"].camera.fx)
             plain = await session.call("robot.get_depth", {})
-            assert "Focal length:" in plain.text and "$depth_map" in plain.text
+            assert plain.text.startswith("Captured depth map for 640x480 image. Focal length: ")
+            assert "$depth_map" in plain.text
 
     asyncio.run(scenario())
 

@@ -84,6 +84,7 @@ def test_projection_round_trip() -> None:
         ("[(0.1, 0.0, 1e999)]", r"\(0.1, 0, inf\) is not finite"),  # text overflows to infinity
         (np.array([[0.1, 0.0, 0.0]]), r"point 0 \(0.1, 0, 0\) is not in front of the camera"),
         (np.array([[0.1, 0.0, 0.8], [0.1, 0.0, -0.5]]), "point 1 .* is not in front of the camera"),
+        (np.array([[0.1, 0.0, 1e-320]]), r"point 0 \(0.1, 0, [0-9.e-]+\) is too close to the camera plane"),
     ],
 )
 def test_projecting_to_2d_refuses_points_that_have_no_image_point(points_3d: object, why: str) -> None:

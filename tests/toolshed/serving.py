@@ -14,9 +14,9 @@ import uvicorn
 
 from spacetools.kit.definition import Tool, ToolError, ToolResult, tool_method
 from spacetools.toolshed import Toolshed
-from spacetools.toolshed.admission import server_options
 from spacetools.toolshed.http import create_app
 from spacetools.toolshed.limits import ServerLimits
+from spacetools.toolshed.slow_clients import server_options
 
 
 @contextlib.contextmanager
@@ -36,9 +36,7 @@ def serving_with_server(
     sock.bind(("127.0.0.1", 0))
     limits = limits or ServerLimits()
     app = create_app(toolshed, limits)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", **server_options(limits.max_connections))
-    )
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **server_options(limits)))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

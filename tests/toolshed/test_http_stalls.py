@@ -20,7 +20,7 @@ from serving import GateTool, serving, serving_with_server, wait_for_stats, wait
 from spacetools.kit import imagecodec
 from spacetools.tools.diagnostics import EchoTool
 from spacetools.toolshed import ToolDeployment, Toolshed
-from spacetools.toolshed.arguments import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ELEMENTS
+from spacetools.toolshed.call_arguments import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ELEMENTS
 from spacetools.toolshed.http import toolshed_for
 from spacetools.toolshed.limits import ServerLimits
 
@@ -192,7 +192,8 @@ def test_a_call_over_the_in_flight_limit_is_refused_before_its_body_is_read(http
 
 
 def test_a_request_past_the_connection_limit_is_refused_before_its_body_is_read() -> None:
-    limits = ServerLimits(max_connections=3)
+    # All from one client, which by default may hold only half of them.
+    limits = ServerLimits(max_connections=3, max_connections_per_client=3)
     deployments = [ToolDeployment(tool=GateTool, backend="inprocess", instances=3, timeout_s=60.0)]
     with serving_with_server(toolshed_for(deployments, limits), limits) as (url, server):
         session_id = httpx.post(f"{url}/sessions", json={"images": []}).json()["id"]

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from spacetools.tools.diagnostics import EchoTool, SleepTool
 from spacetools.toolshed import ToolDeployment, Toolshed
 from spacetools.toolshed.http import create_app
-from spacetools.toolshed.router import Histogram
+from spacetools.toolshed.stats import Histogram
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spacetools.toolshed.session import MemoryLimitError, SessionStore, TooManySessionsError
+from spacetools.kit.errors import MemoryLimitError, TooManySessionsError
+from spacetools.toolshed.session import SessionStore
 
 KIB = 1024
 

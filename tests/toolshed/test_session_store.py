@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from spacetools.kit.definition import ToolError
-from spacetools.toolshed.arguments import read_arguments
+from spacetools.toolshed.call_arguments import read_arguments
 from spacetools.toolshed.session import SessionStore
 from spacetools.toolshed.variables import resolve_references
 

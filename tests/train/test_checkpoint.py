@@ -19,12 +19,12 @@ from typer.testing import CliRunner
 
 from spacetools.cli.main import app
 from spacetools.kit import imagecodec
+from spacetools.kit.manifest import MANIFEST_FILE
 from tiny_qwen import build_tiny_qwen25_vl
 
 torch = pytest.importorskip("torch")
 
 from spacetools.train.checkpoint import (  # noqa: E402
-    MANIFEST_FILE,
     MODEL_DIR,
     STATE_FILE,
     load_checkpoint,
@@ -118,6 +118,38 @@ def test_a_file_cut_short_is_one_line(
     line = _resume_refused(arguments)
     assert f" {file}: " in line
     assert f"delete {out / 'checkpoint'} to train this stage again" in line
+
+
+def test_four_kilobytes_flipped_inside_the_weights_are_refused(
+    finished_run: tuple[list[str], Path], tmp_path: Path
+) -> None:
+    arguments, out = _copy(finished_run, tmp_path)
+    weights = out / "checkpoint" / MODEL_DIR / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4096] = bytes(byte ^ 0xFF for byte in data[middle : middle + 4096])
+    weights.write_bytes(bytes(data))  # same size: only the hash tells
+    metrics = (out / "metrics.jsonl").read_text()
+    line = _resume_refused(arguments)
+    assert f" {weights}: its content changed" in line
+    assert (out / "metrics.jsonl").read_text() == metrics
+
+
+@pytest.mark.parametrize("step", [-3, 0, 10**12, 1.5])
+def test_a_step_outside_the_run_is_refused_before_the_metrics_are_cut(
+    finished_run: tuple[list[str], Path], tmp_path: Path, step: object
+) -> None:
+    arguments, out = _copy(finished_run, tmp_path)
+    checkpoint = out / "checkpoint"
+    state = torch.load(checkpoint / STATE_FILE, weights_only=True)
+    torch.save({**state, "step": step}, checkpoint / STATE_FILE)
+    manifest = json.loads((checkpoint / MANIFEST_FILE).read_text())
+    manifest[STATE_FILE] = (checkpoint / STATE_FILE).stat().st_size  # the resaver fixes the manifest too
+    (checkpoint / MANIFEST_FILE).write_text(json.dumps(manifest))
+    metrics = (out / "metrics.jsonl").read_text()
+    line = _resume_refused(arguments)
+    assert f"step {step!r} is not a step of this run (1 to 2)" in line
+    assert (out / "metrics.jsonl").read_text() == metrics
 
 
 def test_a_moved_run_folder_resumes(finished_run: tuple[list[str], Path], tmp_path: Path) -> None:

@@ -69,6 +69,7 @@ def _prepare(tmp_path: Path, name: str) -> tuple[list[str], Path]:
     config.write_text(yaml.safe_dump(MINIATURE))
     out = tmp_path / name
     (out / "traces_irl").mkdir(parents=True)
+    (out / "run.lock").write_text("")  # a run folder's first file: this one holds a finished stage
     (out / "traces_irl" / "traces.jsonl").write_text(json.dumps(IRL_TRACE) + "\n")
     (out / "traces_irl" / "DONE").write_text("{}\n")
     return ["train", "dirl", "--config", str(config), "--out", str(out)], out

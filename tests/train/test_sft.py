@@ -109,5 +109,6 @@ def test_a_resume_with_other_settings_is_refused(tiny_model: Path, traces: Path,
     config = _config(tiny_model, traces, tmp_path)
     config.out.mkdir(parents=True, exist_ok=True)
     (config.out / "config.json").write_text(json.dumps({**json.loads(config.model_dump_json()), "epochs": 9}))
+    (config.out / "run.lock").write_text("")  # a run folder's first file
     with pytest.raises(ValueError, match="epochs"):
         train_sft(config)

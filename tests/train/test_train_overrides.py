@@ -47,6 +47,11 @@ def test_every_stage_reports_where_the_recipe_says_unless_its_own_settings_say_o
         ("nonsense=1", "nonsense: Extra inputs are not permitted"),
         ("sft.epochs", "expected key=value, got 'sft.epochs'"),
         ("sft=[1", "'sft=[1': not a YAML value"),
+        ("a." * 2000 + "b=1", "a key has at most 16 dotted levels"),
+        ("base_model=${oc.env:HOME}", "interpolation (${...}) is not supported"),
+        ("base_model=${", "interpolation (${...}) is not supported"),
+        ("sft.learning_rate=.inf", "sft.learning_rate: Input should be a finite number"),
+        ("grpo.kl_coef=.nan", "grpo.kl_coef: Input should be a finite number"),
     ],
 )
 def test_a_bad_override_is_one_error_line_before_anything_runs(

@@ -85,7 +85,7 @@ class RolloutConfig(BaseModel):
     its own, so a step's episodes are reproducible whichever episodes share a batch.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_turns: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TURNS
     max_tool_response_chars: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TOOL_RESPONSE_CHARS

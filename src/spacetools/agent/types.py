@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from spacetools.kit import imagecodec
+from spacetools.kit.errors import ImageDecodeError
 
 if TYPE_CHECKING:
     from spacetools.kit.definition import ToolSpec
@@ -146,13 +147,22 @@ class EpisodeState:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that writes the next assistant turn of an episode."""
+    """Anything that writes the next assistant turn of an episode.
+
+    The project's policies subclass it and so inherit `aclose`'s default; a class of your own may too,
+    or have only `name` and `act` (then it holds nothing to close, and `isinstance(p, Policy)` is false).
+    """
 
     name: str
 
     async def act(self, state: EpisodeState) -> str:
         """Return the raw text of the next assistant turn."""
         ...
+
+    async def aclose(self) -> None:
+        """Release what the policy holds in the running event loop (HTTP connections, a batching task)
+        before that loop ends; the policy stays usable in a later one. Default: nothing to release."""
+        return None  # a body, so that subclasses inherit it (mypy takes a bare docstring as abstract)
 
 
 @dataclass
@@ -240,7 +250,7 @@ class Trajectory:
             values["tool_calls"] = [ToolCallRecord(**record) for record in values.get("tool_calls", [])]
             values["images"] = [imagecodec.decode(url) for url in values.get("images", [])]
             return cls(**values)
-        except (TypeError, imagecodec.ImageDecodeError) as exc:
+        except (TypeError, ImageDecodeError) as exc:
             raise ValueError(f"not a trajectory record: {exc}") from exc
 
 

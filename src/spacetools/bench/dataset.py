@@ -10,7 +10,6 @@ eval set, whose images may be `{"bytes": ...}` dicts and whose ground truth may 
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -128,7 +127,7 @@ def _ground_truth_text(value: Any) -> str:
     if isinstance(value, bytes):
         # The original RefSpatial rows keep the mask PNG as raw bytes; carry it as a data URI.
         if value.startswith(b"\x89PNG"):
-            return "data:image/png;base64," + base64.b64encode(value).decode("ascii")
+            return imagecodec.encoded_data_url(value, "png")
         return value.decode("utf-8")
     return str(value)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import shutil
 import time
@@ -26,16 +25,7 @@ from spacetools.agent.types import Policy, Trajectory
 from spacetools.bench.dataset import Sample, episode_input, load_samples
 from spacetools.bench.progress import progress_bar
 from spacetools.bench.report import CARDS_FOLDER, CardBuilder, write_report
-from spacetools.bench.runfolder import (
-    REPORT_FILE,
-    RUN_FILE,
-    SAMPLES_FILE,
-    SUMMARY_FILE,
-    SamplesWriter,
-    read_rows,
-    repair_samples,
-    unique_rows,
-)
+from spacetools.bench.runfolder import REPORT_FILE, RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, RunFolder, read_rows
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
@@ -87,7 +77,7 @@ class EvalConfig(BaseModel):
     ``max_policy_errors`` episodes in a row end with a policy error (0: never).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     data: Path
     out: Path
@@ -105,6 +95,11 @@ class EvalConfig(BaseModel):
     def run_record(self) -> dict[str, Any]:
         """What ``run.json`` holds."""
         return self.model_dump(mode="json")
+
+    @property
+    def folder(self) -> RunFolder:
+        """The run folder, ``out``."""
+        return RunFolder(self.out)
 
 
 class RunMismatchError(ValueError):
@@ -131,17 +126,15 @@ def _measured_fields(record: dict[str, Any], prefix: str = "") -> dict[str, Any]
 
 def check_resume(out: Path, config: EvalConfig) -> None:
     """Refuse to resume into a folder whose ``run.json`` records other settings (naming each one)."""
-    run_file = out / RUN_FILE
-    if not run_file.is_file():
-        return
+    folder = RunFolder(out)
     try:
-        previous = json.loads(run_file.read_text(encoding="utf-8"))
-        if not isinstance(previous, dict):
-            raise ValueError("not a JSON object")
+        previous = folder.recorded_run()
     except ValueError as error:
         raise RunMismatchError(
-            f"{run_file} is unreadable ({error}); use another --out or --no-resume"
+            f"{folder.run_file} is unreadable ({error}); use another --out or --no-resume"
         ) from None
+    if previous is None:
+        return
     old, new = _measured_fields(previous), _measured_fields(config.run_record())
     changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
     if changed:
@@ -154,15 +147,15 @@ def check_resume(out: Path, config: EvalConfig) -> None:
 def _prepare_folder(config: EvalConfig) -> str | None:
     """Check a resumed run folder (or start it afresh) and write ``run.json``; the folder exists and this
     run holds its lock. Returns what a resume repaired in ``samples.jsonl`` (None: nothing)."""
-    out = config.out
+    folder = config.folder
     repaired = None
     if config.resume:
-        check_resume(out, config)
-        repaired = repair_samples(out / SAMPLES_FILE)
+        check_resume(folder.path, config)
+        repaired = folder.repair()
     else:
-        (out / SAMPLES_FILE).unlink(missing_ok=True)
-        shutil.rmtree(out / CARDS_FOLDER, ignore_errors=True)
-    (out / RUN_FILE).write_text(json.dumps(config.run_record(), indent=2) + "\n", encoding="utf-8")
+        folder.forget_samples()
+        shutil.rmtree(folder.path / CARDS_FOLDER, ignore_errors=True)
+    folder.record_run(config.run_record())
     return repaired
 
 
@@ -245,7 +238,7 @@ async def _run_pending(
     bar = progress_bar(console, "episodes", len(inputs), unit="ep", detail=detail) if console else None
     # Policy errors in a row are held back: a run stopped by them leaves their samples to the next run.
     held: list[Trajectory] = []
-    with SamplesWriter(config.out / SAMPLES_FILE) as writer, bar or contextlib.nullcontext() as advance:
+    with config.folder.writer() as writer, bar or contextlib.nullcontext() as advance:
 
         def write(trajectories: list[Trajectory]) -> None:
             for trajectory in trajectories:
@@ -282,8 +275,7 @@ async def _run_and_summarize(
     cards: CardBuilder | None,
 ) -> tuple[Summary, list[dict[str, Any]]]:
     """Run the samples not done before; the summary (saved) over every row of the run, and the rows."""
-    samples_file = config.out / SAMPLES_FILE
-    done = {row.get("id") for row in read_rows(samples_file)}
+    done = config.folder.done()
     pending = {key: sample for key, sample in samples.items() if key not in done}
     logger.info(
         "evaluating %s on %d samples from %s (%d done before), %s tools, seed %d, into %s",
@@ -302,11 +294,11 @@ async def _run_and_summarize(
             await _run_pending(policy, toolshed, pending, config, console, cards)
     run_wall_s = loop.time() - started
 
-    rows = [row for row in unique_rows(read_rows(samples_file)) if row.get("id") in samples]
+    rows = [row for row in config.folder.rows() if row.get("id") in samples]
     summary = summarize(
         rows, policy=policy.name, profile=config.tools.profile, data=str(config.data), run_wall_s=run_wall_s
     )
-    summary.save(config.out / SUMMARY_FILE)
+    summary.save(config.folder.summary_file)
     logger.info("%d episodes in %.1f s", len(pending), run_wall_s)
     return summary, rows
 
@@ -334,7 +326,7 @@ async def evaluate_async(
             summary, rows = await _run_and_summarize(policy, config, samples, console, builder)
             if builder is not None:
                 cards = builder.finish(rows, samples)
-                write_report(config.out / REPORT_FILE, summary, rows, samples, cards=cards)
+                write_report(config.folder.report_file, summary, rows, samples, cards=cards)
     if console is not None:
         console.print(summary_table(summary))
     return summary
@@ -351,8 +343,7 @@ def evaluate(policy: Policy, config: EvalConfig, *, console: Console | None = No
         try:
             return await evaluate_async(policy, config, console=console)
         finally:
-            close = getattr(policy, "aclose", None)
-            if close is not None:
-                await close()
+            if isinstance(policy, Policy):  # one with only `name` and `act` holds nothing to close
+                await policy.aclose()
 
     return asyncio.run(run_then_close())

@@ -8,6 +8,9 @@
 - ``summary.json``, ``report.html``: rebuilt from all rows at the end of every run.
 - ``report_cards/``: each row's report card, built as its episode ends and kept for the next report
   (:mod:`spacetools.bench.report.cards`).
+
+:class:`RunFolder` holds a folder's bookkeeping: where each file lives, the run it records, its rows and
+their writer.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,6 +27,62 @@ SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
 RUN_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run folder: its files, the run ``run.json`` records, the rows of ``samples.jsonl``."""
+
+    path: Path
+
+    @property
+    def samples_file(self) -> Path:
+        return self.path / SAMPLES_FILE
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY_FILE
+
+    @property
+    def report_file(self) -> Path:
+        return self.path / REPORT_FILE
+
+    def recorded_run(self) -> dict[str, Any] | None:
+        """What ``run.json`` records (None: no run yet); a `ValueError` when it cannot be read as one."""
+        if not self.run_file.is_file():
+            return None
+        record = json.loads(self.run_file.read_text(encoding="utf-8"))
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        return record
+
+    def record_run(self, record: dict[str, Any]) -> None:
+        """Write ``run.json``."""
+        self.run_file.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+    def repair(self) -> str | None:
+        """Make ``samples.jsonl`` whole for a resumed run (see :func:`repair_samples`)."""
+        return repair_samples(self.samples_file)
+
+    def forget_samples(self) -> None:
+        """Delete ``samples.jsonl``: the run starts afresh."""
+        self.samples_file.unlink(missing_ok=True)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows written so far, the first of each sample id."""
+        return unique_rows(read_rows(self.samples_file))
+
+    def done(self) -> set[Any]:
+        """The sample ids with a row."""
+        return {row.get("id") for row in read_rows(self.samples_file)}
+
+    def writer(self) -> SamplesWriter:
+        """The writer that appends rows to ``samples.jsonl`` (a context manager)."""
+        return SamplesWriter(self.samples_file)
 
 
 def json_line(record: Any) -> bytes:
@@ -38,7 +98,8 @@ class SamplesWriter:
         self._fd: int | None = None
 
     def __enter__(self) -> SamplesWriter:
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Never through a symlink: appending would write into whatever it points at.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         return self
 
     def __exit__(

@@ -1,6 +1,9 @@
 """One writer per run folder: an evaluation, a robot evaluation or a training stage holds its folder's lock
 for its whole life, so a second run into the same ``--out`` is refused instead of mixing its rows in.
 
+A folder that is not empty is written only when it is a run folder of ours (it holds ``run.lock``) with no
+symlink at its top (`kit.ownfolders`): a run never deletes or writes through what it did not create.
+
 The lock is an ``flock`` on ``run.lock`` in the folder, which names the holder's pid. The kernel drops it
 when the holder dies (even with -9), so the lock of a dead run is simply taken over. The file stays after
 the run: deleting it would let a waiting opener and a new creator both hold a lock. Within the flow of
@@ -16,6 +19,9 @@ import os
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
+
+from spacetools.kit.lockfiles import open_lock_file
+from spacetools.kit.ownfolders import check_own_folder
 
 LOCK_FILE = "run.lock"
 # The folders this flow of control holds (a context variable: a thread or task started inside the `with`
@@ -47,7 +53,8 @@ def run_folder_lock(folder: str | Path) -> Iterator[Path]:
     if key in _held.get():
         yield folder
         return
-    descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    check_own_folder(folder, LOCK_FILE, "a spacetools run folder")  # the lock is the first file a run writes
+    descriptor = open_lock_file(folder / LOCK_FILE)  # never through a symlink, even one planted just now
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

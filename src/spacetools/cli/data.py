@@ -14,7 +14,8 @@ from spacetools.bench.progress import progress_bar
 from spacetools.bench.spatialsim import FAMILIES, generator
 from spacetools.bench.spatialsim.balance import balance_table
 from spacetools.bench.spatialsim.draw import render_sample
-from spacetools.cli.options import seed_option
+from spacetools.cli.options import check_out_file, seed_option
+from spacetools.rewards.benchmarks import SPATIALSIM_PREFIX
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -76,7 +77,7 @@ def generate(
         console.print(f"[red]Error:[/red] {error}")
         raise typer.Exit(1) from error
     # The folder holds this set only: files of families not generated this time would be mixed in.
-    for stale in out.glob("spatialsim_*.parquet"):
+    for stale in out.glob(f"{SPATIALSIM_PREFIX}*.parquet"):
         stale.unlink()
     generator.write_families(out, by_family)
     elapsed = time.perf_counter() - start
@@ -125,6 +126,7 @@ def show(
         target = (folder if folder.is_dir() else folder.parent) / name
     else:
         target = out / name if out.is_dir() or out.suffix == "" else out
+    check_out_file(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         render_sample(sample).save(target)

@@ -32,7 +32,7 @@ def demo(
 ) -> None:
     """Generate SpatialSim questions, run the scripted expert with live tools, print the table and report."""
     console = Console()
-    data, run = check_out_folder(out) / "data", out / "run"
+    data, run = check_out_folder(out, own=("data", "a spacetools demo folder")) / "data", out / "run"
     try:
         generator.prepare_output(data)
     except ValueError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,9 +25,11 @@ from spacetools.bench.evaluate import (
     RunMismatchError,
     evaluate,
 )
-from spacetools.bench.runlock import RunFolderBusyError
+from spacetools.bench.runlock import RunFolderBusyError, run_folder_lock
+from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary
 from spacetools.cli.options import (
+    RUN_FOLDER,
     ProfileOption,
     check_device,
     check_out_folder,
@@ -60,6 +63,35 @@ def _build_policy(name: str, options: dict[str, Any]) -> Policy:
     except (ValueError, TypeError, OSError, ImportError) as error:  # a missing file or folder, no torch
         hint = "--policy" if name not in POLICIES else "--option"
         raise typer.BadParameter(str(error), param_hint=hint) from None
+
+
+def _run(policy: str, options: dict[str, Any], config: EvalConfig, console: Console) -> None:
+    """Hold the run folder, then build the policy and evaluate it: what loading the model logs (peft's
+    word on an adapter) goes to the run's `run.log` too."""
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(run_folder_lock(config.out))
+        except ValueError as error:  # a run in progress, a folder not ours, a planted symlink
+            raise typer.BadParameter(str(error), param_hint="--out") from None
+        held.enter_context(run_log(config.out))
+        chosen = _build_policy(policy, options)
+        try:
+            evaluate(chosen, config=config, console=console)
+        except (RunMismatchError, RunFolderBusyError) as error:  # --out holds another run's settings
+            raise typer.BadParameter(str(error), param_hint="--out") from None
+        except ValueError as error:  # the data or the settings, found wanting once read
+            raise typer.BadParameter(str(error)) from None
+        except (PolicyErrorsError, ConnectionError, OSError, RuntimeError) as error:
+            # The arguments were fine but the run failed (a model or a Toolshed that does not answer).
+            typer.echo(f"Error: {error}", err=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            typer.echo(
+                f"Interrupted: the finished samples are in {config.out / SAMPLES_FILE}; rerun the same command "
+                "to resume.",
+                err=True,
+            )
+            raise typer.Exit(130) from None
 
 
 def _config(**fields: Any) -> EvalConfig:
@@ -155,7 +187,7 @@ def run(
             raise typer.BadParameter(f"must be at least 1, got {value}", param_hint=hint)
     benches = comma_list(bench)
     _check_data(data, benches)
-    check_out_folder(out)
+    check_out_folder(out, own=RUN_FOLDER)
     if system_prompt is not None:
         read_text_file(system_prompt, "--system-prompt")
     options = key_values(option)
@@ -185,23 +217,7 @@ def run(
             concurrency=concurrency, max_turns=max_turns, max_tool_response_chars=max_tool_response_chars
         ),
     )
-    chosen = _build_policy(policy, options)
-    try:
-        evaluate(chosen, config=config, console=console)
-    except (RunMismatchError, RunFolderBusyError) as error:  # --out holds another run, or one in progress
-        raise typer.BadParameter(str(error), param_hint="--out") from None
-    except ValueError as error:  # the data or the settings, found wanting once read
-        raise typer.BadParameter(str(error)) from None
-    except (PolicyErrorsError, ConnectionError, OSError, RuntimeError) as error:
-        # The arguments were fine but the run failed (a model or a Toolshed that does not answer).
-        typer.echo(f"Error: {error}", err=True)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        typer.echo(
-            f"Interrupted: the finished samples are in {out / SAMPLES_FILE}; rerun the same command to resume.",
-            err=True,
-        )
-        raise typer.Exit(130) from None
+    _run(policy, options, config, console)
     console.print(
         f"Report: {out / REPORT_FILE}  (samples: {out / SAMPLES_FILE}, summary: {out / SUMMARY_FILE})"
     )

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from spacetools.cli.options import check_out_folder
 from spacetools.toolshed.toolsets import TOOLSET_NAMES, get_toolset
 
 app = typer.Typer(no_args_is_help=True)
@@ -33,8 +34,10 @@ def verl(
         raise typer.BadParameter(f"expected an http(s) URL, got {url!r}", param_hint="--url")
     if data is not None and not data.exists():
         raise typer.BadParameter(f"{data} does not exist", param_hint="--data")
+    from spacetools.integrations.verl.export import TOOL_CONFIG_FILE, export_verl
+
+    check_out_folder(out, own=(TOOL_CONFIG_FILE, "a verl export folder"))
     _warn_if_silent(url)
-    from spacetools.integrations.verl.export import export_verl
 
     try:
         written = export_verl(toolset, url.rstrip("/"), out, data)

@@ -30,4 +30,6 @@ def get(
         folder = get_base_model(name, out)
     except FileNotFoundError as error:
         raise typer.BadParameter(str(error), param_hint="NAME") from None
+    except ValueError as error:  # a folder not ours to write, a damaged cache, an unsafe lock file
+        raise typer.BadParameter(str(error), param_hint="--out" if out is not None else "NAME") from None
     typer.echo(str(folder))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from spacetools.bench.runlock import LOCK_FILE
+from spacetools.kit.ownfolders import ForeignFolderError, check_own_folder
 from spacetools.sim.realism import PROFILE_NAMES, get_profile
 from spacetools.toolshed.connection import DEFAULT_PROFILE
 
@@ -41,14 +44,36 @@ def seed_option(help: str) -> Any:
     return typer.Option("--seed", min=0, help=help)
 
 
-def check_out_folder(path: Path, param_hint: str = "--out") -> Path:
-    """``path`` as a folder to write into: it, or the nearest part of it that exists, must be a folder."""
+RUN_FOLDER = (LOCK_FILE, "a spacetools run folder")
+"""The `own` of `check_out_folder` for the commands that write a run folder (the lock is written first)."""
+
+
+def check_out_folder(path: Path, param_hint: str = "--out", *, own: tuple[str, str] | None = None) -> Path:
+    """``path`` as a folder to write into: it, or the nearest part of it that exists, must be a folder.
+    ``own``: (the file the command writes first, what such a folder is): a folder that is not empty must
+    hold it, and no symlink at its top (`kit.ownfolders`)."""
     for part in (path, *path.parents):
         if part.exists():
             if not part.is_dir():
                 where = "is a file" if part == path else f"is under {part}, which is a file"
                 raise typer.BadParameter(f"{path} {where}, not a folder", param_hint=param_hint)
             break
+    if own is not None:
+        try:
+            check_own_folder(path, *own, option=param_hint)
+        except ForeignFolderError as error:
+            raise typer.BadParameter(str(error), param_hint=param_hint) from None
+    return path
+
+
+def check_out_file(path: Path, param_hint: str = "--out") -> Path:
+    """``path`` as a file to write (a file the user names is replaced, as `cp` does), never through a
+    symlink, which would truncate whatever it points at."""
+    if path.is_symlink():
+        raise typer.BadParameter(
+            f"{path} is a symlink; nothing was written through it: delete it or give another {param_hint}",
+            param_hint=param_hint,
+        )
     return path
 
 
@@ -83,10 +108,20 @@ def key_values(values: list[str] | None, param_hint: str = "--option") -> dict[s
         if not sep or not key.strip():
             raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint=param_hint)
         try:
-            options[key.strip()] = json.loads(raw)
+            options[key.strip()] = json.loads(raw, parse_float=_finite, parse_constant=_finite)
         except json.JSONDecodeError:
             options[key.strip()] = raw
+        except ValueError as error:
+            raise typer.BadParameter(f"{item!r}: {error}", param_hint=param_hint) from None
     return options
+
+
+def _finite(text: str) -> float:
+    """A JSON number that is finite (`1e999`, `Infinity` and `NaN` are refused, as in every config)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is not a finite number")
+    return number
 
 
 def toolset_deployments(toolset: str, config: Path | None, config_option: str = "--toolset-config") -> Any:
@@ -117,17 +152,12 @@ def check_device(device: str, param_hint: str) -> str:
 
 
 def check_model_folder(path: Path, param_hint: str) -> Path:
-    """A saved model's folder: its ``config.json`` must be a JSON object (an empty or cut-short one would
-    fail deep inside transformers)."""
-    config = path / "config.json"
+    """A saved model's (or LoRA adapter's) folder whose config is a JSON object (an empty or cut-short one
+    would fail deep inside transformers)."""
+    from spacetools.kit.loading import check_model_folder as check
+
     try:
-        settings = json.loads(config.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise typer.BadParameter(
-            f"{path} has no config.json (is it a saved model?)", param_hint=param_hint
-        ) from None
-    except (OSError, ValueError) as error:  # JSONDecodeError, UnicodeDecodeError
-        raise typer.BadParameter(f"{config} is not a model config ({error})", param_hint=param_hint) from None
-    if not isinstance(settings, dict):
-        raise typer.BadParameter(f"{config} is not a model config (not a JSON object)", param_hint=param_hint)
+        check(path)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=param_hint) from None
     return path

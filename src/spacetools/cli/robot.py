@@ -13,7 +13,7 @@ from rich.table import Table
 
 from spacetools.agent.policies import make_policy
 from spacetools.bench.progress import progress_bar
-from spacetools.cli.options import ProfileOption, check_out_folder, comma_list, key_values
+from spacetools.cli.options import RUN_FOLDER, ProfileOption, check_out_folder, comma_list, key_values
 from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES as ROBOT_MAX_BODY_BYTES
 from spacetools.tools.robot.http_client import DEFAULT_MAX_CONNECTIONS as ROBOT_MAX_CONNECTIONS
 from spacetools.tools.robot.http_client import TOKEN_ENV as ROBOT_TOKEN_ENV
@@ -52,9 +52,9 @@ def serve(
     import uvicorn
 
     from spacetools.bench.robot.tasks import CATEGORIES, make_task
-    from spacetools.integrations.robot_api.server import check_exposure, create_robot_app
+    from spacetools.integrations.robot_api.server import check_exposure, create_robot_app, robot_server_limits
     from spacetools.tools.robot.simulated import SimulatedRobot
-    from spacetools.toolshed.admission import server_options
+    from spacetools.toolshed.slow_clients import server_options
 
     if category not in CATEGORIES:
         raise typer.BadParameter(f"unknown category {category!r}; choose one of: {', '.join(CATEGORIES)}")
@@ -67,7 +67,8 @@ def serve(
     console.print(f"Robot at http://{host}:{port}  task: {task.question}")
     try:
         app = create_robot_app(robot, token=token, max_body_bytes=max_body_bytes)
-        uvicorn.run(app, host=host, port=port, log_level="warning", **server_options(max_connections))
+        limits = robot_server_limits(max_connections)
+        uvicorn.run(app, host=host, port=port, log_level="warning", **server_options(limits))
     finally:
         robot.close()
 
@@ -107,7 +108,7 @@ def evaluate(
 
     if policy not in ROBOT_POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; choose one of: {', '.join(ROBOT_POLICIES)}")
-    check_out_folder(out)
+    check_out_folder(out, own=RUN_FOLDER)
     chosen_categories = tuple(comma_list(categories) or CATEGORIES)
     unknown = [c for c in chosen_categories if c not in CATEGORIES]
     if unknown:
@@ -115,8 +116,8 @@ def evaluate(
     options = key_values(option)
     try:
         chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **options)
-    except (ValueError, TypeError, FileNotFoundError) as error:
-        raise typer.BadParameter(str(error), param_hint="--policy") from error
+    except (ValueError, TypeError, OSError) as error:  # OSError: a model folder without its weights
+        raise typer.BadParameter(" ".join(str(error).split()), param_hint="--policy") from None
     # Built as their turn comes, categories interleaved, so a long run's first rows cover every category.
     tasks = [
         partial(make_task, category, seed, index)  # type: ignore[arg-type]  # checked above

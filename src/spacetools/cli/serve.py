@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import ValidationError
@@ -14,11 +17,40 @@ from spacetools.toolshed.connection import DEFAULT_PROFILE
 from spacetools.toolshed.limits import TOKEN_ENV, ServerLimits
 from spacetools.toolshed.toolsets import TOOLSET_NAMES, on_backend, with_profile
 
-_DEFAULTS = ServerLimits()
-_LIMITS = "Limits"
 MCP_TRANSPORTS = ("stdio", "streamable-http")
 
 
+def with_limit_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` with a `--<limit>` option for each `ServerLimits` field but the token (an option of its
+    own, read from the environment too): type, default and help come from the field, so a new limit
+    gets its option; `command` receives their values as one dict, `limit_options`."""
+    fields = {name: field for name, field in ServerLimits.model_fields.items() if name != "token"}
+    options = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=field.default,
+            annotation=Annotated[
+                field.annotation, typer.Option(help=field.description, rich_help_panel="Limits")
+            ],
+        )
+        for name, field in fields.items()
+    ]
+    # Evaluated annotations: typer reads the `typer.Option`s inside them.
+    signature = inspect.signature(command, eval_str=True)
+    own = [parameter for parameter in signature.parameters.values() if parameter.name != "limit_options"]
+
+    @functools.wraps(command)
+    def command_with_limits(**arguments: Any) -> None:
+        limit_options = {name: arguments.pop(name) for name in fields}
+        command(**arguments, limit_options=limit_options)
+
+    # typer reads the parameters from `__signature__` (inspect's protocol, which mypy does not know).
+    command_with_limits.__signature__ = signature.replace(parameters=[*own, *options])  # type: ignore[attr-defined]
+    return command_with_limits
+
+
+@with_limit_options
 def serve(
     toolset: Annotated[str, typer.Option(help=f"Tool set: {', '.join(TOOLSET_NAMES)}.")] = "v1",
     toolset_config: Annotated[Path | None, toolset_config_option()] = None,
@@ -36,46 +68,6 @@ def serve(
             help="Bearer token clients must send, over HTTP and MCP streamable HTTP (at least 16 characters).",
         ),
     ] = None,
-    max_body_bytes: Annotated[
-        int, typer.Option(min=1, help="Largest request body.", rich_help_panel=_LIMITS)
-    ] = _DEFAULTS.max_body_bytes,
-    max_call_body_bytes: Annotated[
-        int, typer.Option(min=1, help="Largest body of a turn's tool calls.", rich_help_panel=_LIMITS)
-    ] = _DEFAULTS.max_call_body_bytes,
-    call_body_timeout_s: Annotated[
-        float,
-        typer.Option(
-            min=0.001, help="Longest an admitted call's body may take to arrive.", rich_help_panel=_LIMITS
-        ),
-    ] = _DEFAULTS.call_body_timeout_s,
-    max_image_pixels: Annotated[
-        int, typer.Option(min=1, help="Largest image (width x height).", rich_help_panel=_LIMITS)
-    ] = _DEFAULTS.max_image_pixels,
-    max_sessions: Annotated[
-        int, typer.Option(min=1, help="Open sessions at once.", rich_help_panel=_LIMITS)
-    ] = _DEFAULTS.max_sessions,
-    max_session_bytes: Annotated[
-        int, typer.Option(min=1, help="Images and variables per session.", rich_help_panel=_LIMITS)
-    ] = _DEFAULTS.max_session_bytes,
-    max_total_bytes: Annotated[
-        int, typer.Option(min=1, help="Images and variables of all sessions.", rich_help_panel=_LIMITS)
-    ] = _DEFAULTS.max_total_bytes,
-    session_ttl_s: Annotated[
-        float, typer.Option(min=0.001, help="Idle seconds before a session expires.", rich_help_panel=_LIMITS)
-    ] = _DEFAULTS.session_ttl_s,
-    max_connections: Annotated[
-        int,
-        typer.Option(
-            min=1, help="Open connections (past them every request gets a 503).", rich_help_panel=_LIMITS
-        ),
-    ] = _DEFAULTS.max_connections,
-    max_calls_in_flight: Annotated[
-        int, typer.Option(min=1, help="Tool calls queued or running at once.", rich_help_panel=_LIMITS)
-    ] = _DEFAULTS.max_calls_in_flight,
-    max_queue_wait_s: Annotated[
-        float,
-        typer.Option(min=0.001, help="Longest a call waits for a free instance.", rich_help_panel=_LIMITS),
-    ] = _DEFAULTS.max_queue_wait_s,
     mcp: Annotated[bool, typer.Option("--mcp", help="Serve the tools over MCP instead.")] = False,
     mcp_transport: Annotated[
         str,
@@ -91,6 +83,8 @@ def serve(
             help='Ray cluster to join with --backend ray: "auto", "host:port" (default: a local Ray).'
         ),
     ] = None,
+    *,
+    limit_options: dict[str, Any],
 ) -> None:
     """Serve a tool set over HTTP until interrupted (clients: `spacetools.toolshed.client.RemoteToolshed`).
 
@@ -103,20 +97,7 @@ def serve(
             f"{mcp_transport!r} is not one of {', '.join(MCP_TRANSPORTS)}", param_hint="--mcp-transport"
         )
     try:
-        limits = ServerLimits(
-            max_body_bytes=max_body_bytes,
-            max_call_body_bytes=max_call_body_bytes,
-            call_body_timeout_s=call_body_timeout_s,
-            max_image_pixels=max_image_pixels,
-            max_sessions=max_sessions,
-            max_session_bytes=max_session_bytes,
-            max_total_bytes=max_total_bytes,
-            session_ttl_s=session_ttl_s,
-            max_connections=max_connections,
-            max_calls_in_flight=max_calls_in_flight,
-            max_queue_wait_s=max_queue_wait_s,
-            token=token,
-        )
+        limits = ServerLimits(**limit_options, token=token)
     except ValidationError as error:
         first = error.errors()[0]
         raise typer.BadParameter(first["msg"], param_hint=f"--{first['loc'][0]}".replace("_", "-")) from None
@@ -148,10 +129,10 @@ def serve(
         return
     import uvicorn
 
-    from spacetools.toolshed.admission import server_options
+    from spacetools.toolshed.slow_clients import server_options
 
     app = create_app(toolshed_for(deployments, limits, seed=seed), limits)
-    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits.max_connections))
+    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits))
 
 
 def _serve_mcp(
@@ -173,8 +154,8 @@ def _serve_mcp(
         return
     import uvicorn
 
-    from spacetools.toolshed.admission import server_options
+    from spacetools.toolshed.slow_clients import server_options
 
     shorten_log_lines(logging.getLogger("uvicorn.error"), logging.getLogger("uvicorn.access"))
     app = streamable_http_app(server, limits, host)
-    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits.max_connections))
+    uvicorn.run(app, host=host, port=port, log_level="info", **server_options(limits))

@@ -20,8 +20,14 @@ from rich.console import Console
 from rich.table import Table
 
 from spacetools.bench.runlock import run_folder_lock
-from spacetools.bench.runlog import run_log
-from spacetools.cli.options import check_device, check_model_folder, check_out_folder
+from spacetools.bench.runlog import LOG_FILE, run_log
+from spacetools.cli.options import (
+    RUN_FOLDER,
+    check_device,
+    check_model_folder,
+    check_out_file,
+    check_out_folder,
+)
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
@@ -99,7 +105,8 @@ def traces(
     """Run a teacher with live tools; keep its correct episodes as multi-turn SFT data."""
     from spacetools.train.traces import collect_traces
 
-    check_out_folder(out.parent)
+    check_out_file(check_out_folder(out.parent) / out.name)
+    check_out_file(out.parent / LOG_FILE)  # the log goes beside the data set
     settings = _config(TracesConfig, config, overrides, data=data, out=out, teacher=teacher, limit=limit)
     console = Console()
     with run_log(out.parent):
@@ -136,7 +143,9 @@ def mix(
         if not sep or not Path(path).is_file():
             raise typer.BadParameter(f"{path or item!r} is not a file", param_hint="--source")
     taken = _run(
-        lambda: mix_traces(sources, check_out_folder(out.parent) / out.name, seed=seed, thoughts=thoughts)
+        lambda: mix_traces(
+            sources, check_out_file(check_out_folder(out.parent) / out.name), seed=seed, thoughts=thoughts
+        )
     )
     for path, count in taken.items():
         typer.echo(f"{count:6d} rows from {path}")
@@ -153,7 +162,9 @@ def sft(
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only); resumable."""
     from spacetools.train.sft import train_sft
 
-    settings = _config(SFTConfig, config, overrides, model=model, data=data, out=check_out_folder(out))
+    settings = _config(
+        SFTConfig, config, overrides, model=model, data=data, out=check_out_folder(out, own=RUN_FOLDER)
+    )
     _check_startup(settings.model, settings.device)
     with contextlib.ExitStack() as held:
         _run(lambda: held.enter_context(run_folder_lock(settings.out)))  # before anything writes there
@@ -185,7 +196,7 @@ def grpo(
         overrides,
         model=model,
         data=data,
-        out=check_out_folder(out),
+        out=check_out_folder(out, own=RUN_FOLDER),
         tools={"toolshed_url": toolshed_url},
     )
     _check_startup(settings.model, settings.device)
@@ -219,7 +230,7 @@ def dirl(
     named = settings.base_model == "tiny" or settings.base_model in BASE_MODELS
     _check_startup(None if named else Path(settings.base_model).expanduser(), settings.device)
     console = Console()
-    _run(lambda: run_dirl(settings, check_out_folder(out), console=console))
+    _run(lambda: run_dirl(settings, check_out_folder(out, own=RUN_FOLDER), console=console))
     typer.echo((out / TABLE_FILE).read_text(encoding="utf-8"))
     gain = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))["training_reward_gain"]
     if gain is not None:

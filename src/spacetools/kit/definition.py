@@ -1,8 +1,9 @@
-"""How a tool is defined: the `Tool` base class, `@tool_method`, results, errors and JSON schemas.
+"""How a tool is defined: the `Tool` base class, `@tool_method`, errors and JSON schemas (and, from
+`kit.results`, the `ToolResult` a method returns).
 
 A tool is a class whose methods marked `@tool_method` are what the model may call, by the public name
 `"<Tool.name>.<method>"`. Each method's arguments get one pydantic model, built from its type hints and
-its Google-style docstring (`kit.arguments`): it validates every call, and pydantic generates from it
+its Google-style docstring (`kit.argument_models`): it validates every call, and pydantic generates from it
 the JSON schema the model sees. A method may also declare which keys of its result's `value` are
 geometry (`@tool_method(geometry={"points": "points"})`), so that code such as the evaluation report
 draws them without knowing the tool.
@@ -29,7 +30,7 @@ import docstring_parser
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from spacetools.kit.arguments import (
+from spacetools.kit.argument_models import (
     ArgumentField,
     Variable,
     arguments_model,
@@ -38,6 +39,8 @@ from spacetools.kit.arguments import (
     with_reference_hint,
 )
 from spacetools.kit.coroutines import run_to_completion
+from spacetools.kit.errors import ToolArgumentError, ToolError
+from spacetools.kit.results import MAX_ERROR_CHARS, ToolResult, sanitize_error_text
 
 __all__ = [
     "BATCH_CALL",
@@ -63,8 +66,7 @@ __all__ = [
     "tool_specs",
 ]
 
-MAX_ERROR_CHARS = 500
-#: The method name under which the Toolshed sends a gathered batch of calls (see kit.batching).
+#: The method name under which the Toolshed sends a gathered batch of calls (see kit.batched_methods).
 BATCH_CALL = "__batch__"
 #: The kinds of geometry a tool method's `value` may hold under a key, all in normalized image
 #: coordinates of the image the call worked on: ``points`` (any number of ``[x, y]``), ``corners`` (the
@@ -75,41 +77,6 @@ _TOOL_METHOD_MARK = "__spacetools_tool_method__"
 _GEOMETRY_MARK = "__spacetools_geometry__"
 _F = TypeVar("_F", bound=Callable[..., Any])
 _log = logging.getLogger(__name__)
-
-
-class ToolError(Exception):
-    """An error the model should read: raise it inside a tool method."""
-
-
-class ToolArgumentError(ToolError):
-    """The arguments of a call do not match the tool method's signature."""
-
-
-@dataclass
-class ToolResult:
-    """What a tool call gives back: text for the model, a structured value for code, pictures, variables.
-
-    ``text`` is the model's protocol (byte-compatible with the original tools); ``value`` is the same
-    result as JSON-able data (dicts, lists, floats, strings; no numpy) that the expert and the report
-    read instead of parsing the text. ``image_indices`` are the conversation indices the session gave
-    ``images`` when it stored them (filled by the Toolshed, not by tools). ``attachments`` (empty, or
-    one per picture, None for none) is the metadata the session keeps with each picture for later tool
-    calls on it, like a task image's (e.g. the simulated scene a robot's photo shows); it is for the
-    tools only: the model never sees it, and the HTTP API does not send it.
-    """
-
-    text: str
-    images: list[np.ndarray] = field(default_factory=list)
-    attachments: list[dict[str, Any] | None] = field(default_factory=list)
-    variables: dict[str, Any] = field(default_factory=dict)
-    is_error: bool = False
-    value: Any = None  # the structured, JSON-able result that code reads (text is for the model)
-    image_indices: list[int] = field(default_factory=list)
-
-    @classmethod
-    def error(cls, message: str) -> ToolResult:
-        """An error result whose text is `"Error: <message>"`."""
-        return cls(text=f"Error: {message}", is_error=True)
 
 
 class ToolContext:
@@ -392,12 +359,9 @@ def invoke_tool_method(tool: Tool, method: str, kwargs: dict[str, Any], ctx: Too
     """Run one tool method on an instance; every exception becomes an error result.
 
     For the contexts without an event loop (a worker, an actor, a thread): an ``async def`` method runs
-    to completion on an event loop kept by the calling thread. A batch (`BATCH_CALL`) runs here too.
+    to completion on an event loop kept by the calling thread. A batch (`BATCH_CALL`) is not run here:
+    the backends send it to `batched_methods.invoke_call`.
     """
-    if method == BATCH_CALL:
-        from spacetools.kit.batching import invoke_batch  # builds on this module
-
-        return invoke_batch(tool, **kwargs)
     try:
         spec = tool_methods(type(tool))[method]
         if spec.is_async:
@@ -445,20 +409,6 @@ def error_result(exc: BaseException) -> ToolResult:
     message = str(exc)
     text = message if isinstance(exc, ToolError) else f"{type(exc).__name__}: {message}".rstrip(": ")
     return ToolResult(text="Error: " + sanitize_error_text(text), is_error=True)
-
-
-_TRACEBACK_LINE = re.compile(r'^\s*(Traceback \(most recent call last\)|File "|\^+$|~+$)')
-_PATH = re.compile(r"(?:[A-Za-z]:\\|/)(?:[\w.+-]+[/\\])+([\w.+-]+)")
-
-
-def sanitize_error_text(text: str, max_chars: int = MAX_ERROR_CHARS) -> str:
-    """Strip traceback lines and directories, collapse whitespace and cap the length of an error text."""
-    lines = [line for line in text.splitlines() if not _TRACEBACK_LINE.match(line)]
-    cleaned = " ".join(" ".join(lines).split())
-    cleaned = _PATH.sub(r"\1", cleaned)
-    if len(cleaned) > max_chars:
-        cleaned = cleaned[: max_chars - 3].rstrip() + "..."
-    return cleaned
 
 
 # --- schema and validator construction -------------------------------------------------------------

@@ -16,17 +16,11 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
+from spacetools.kit.errors import ImageDecodeError, ImageTooLargeError
+
 ImageFormat = Literal["png", "jpeg"]
 MEDIA_TYPES: dict[str, ImageFormat] = {"image/png": "png", "image/jpeg": "jpeg", "image/jpg": "jpeg"}
 JPEG_QUALITY = 90
-
-
-class ImageDecodeError(ValueError):
-    """The bytes are not a readable image, or the image is larger than allowed."""
-
-
-class ImageTooLargeError(ImageDecodeError):
-    """The image has more pixels than allowed (found from its header, before decoding)."""
 
 
 def check_rgb(image: Any) -> np.ndarray:
@@ -58,8 +52,12 @@ def encode(image: np.ndarray, format: ImageFormat = "png", *, quality: int = JPE
 
 def to_data_url(image: np.ndarray, format: ImageFormat = "png", *, quality: int = JPEG_QUALITY) -> str:
     """An image as a `data:image/<png|jpeg>;base64,…` URL."""
-    payload = base64.b64encode(encode(image, format, quality=quality)).decode("ascii")
-    return f"data:image/{format};base64,{payload}"
+    return encoded_data_url(encode(image, format, quality=quality), format)
+
+
+def encoded_data_url(encoded: bytes, format: ImageFormat) -> str:
+    """PNG or JPEG bytes as a `data:image/<png|jpeg>;base64,…` URL, as they are (not encoded again)."""
+    return f"data:image/{format};base64,{base64.b64encode(encoded).decode('ascii')}"
 
 
 def thumbnail_data_url(image: np.ndarray, width: int) -> str:

@@ -7,14 +7,17 @@ in one process (in-process tool instances start in threads) corrupt each other.
 `load_vlm` loads the model a policy drives or a stage trains: a VLM (Qwen2.5-VL) or a text-only causal
 LM (SmolLM2), whose processor `load_processor` wraps as a VLM's (`textonly.TextProcessor`). A folder
 holding a LoRA adapter (`adapter_config.json`, written by peft) loads as its base model with the adapter
-on top. `load_pretrained` loads a model of a given class (the perception models of the tools).
+on top, once it is checked against its base (every LoRA weight on a layer of the base, with its size).
+`load_pretrained` loads a model of a given class (the perception models of the tools).
 torch and transformers are imported on a call only, so importing this module stays cheap.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +29,11 @@ if TYPE_CHECKING:
     from spacetools.kit.trainable import LoraShape
 
 ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 """The dtypes `load_vlm` takes by name; `auto` is the checkpoint's own."""
 _LOADING = threading.Lock()
+logger = logging.getLogger(__name__)
 
 
 def torch_device(device: str) -> torch.device:
@@ -78,6 +83,11 @@ def load_vlm(
     model; `gradient_checkpointing` trades compute for activation memory.
     """
     folder = Path(path).resolve()
+    check_model_folder(folder)
+    try:
+        torch_device(device)  # before any weights load
+    except RuntimeError as error:
+        raise ValueError(" ".join(str(error).split())) from None
     keep_adapter = trainable == "lora" and lora is None
     if trainable is not None:
         from spacetools.kit.trainable import check_trainable
@@ -109,12 +119,25 @@ def _torch_dtype(dtype: str | torch.dtype) -> str | torch.dtype:
     return resolved
 
 
-def _load_language_model(folder: Path, dtype: str | torch.dtype, *, keep_adapter: bool) -> Any:
+def _load_language_model(
+    folder: Path, dtype: str | torch.dtype, *, keep_adapter: bool, chain: tuple[Path, ...] = ()
+) -> Any:
     if (folder / ADAPTER_CONFIG).is_file():
         from peft import PeftModel
 
-        base = _load_language_model(adapter_base(folder), dtype, keep_adapter=False)
-        model: Any = PeftModel.from_pretrained(base, folder, is_trainable=keep_adapter)
+        chain = (*chain, folder)
+        base_folder = adapter_base(folder)
+        if base_folder in chain:
+            cycle = " -> ".join(str(link) for link in (*chain, base_folder))
+            raise ValueError(f"{folder}: the adapter's base is itself or an adapter on it ({cycle})")
+        check_model_folder(base_folder)
+        base = _load_language_model(base_folder, dtype, keep_adapter=False, chain=chain)
+        check_adapter_fits(folder, base_folder, base)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model: Any = PeftModel.from_pretrained(base, folder, is_trainable=keep_adapter)
+        for warning in caught:  # peft's word on the adapter goes to the run's log, not only the console
+            logger.warning("%s: %s", folder, " ".join(str(warning.message).split()))
         if keep_adapter:
             return model
         merged = model.merge_and_unload()
@@ -128,12 +151,61 @@ def _load_language_model(folder: Path, dtype: str | torch.dtype, *, keep_adapter
 
 
 def adapter_base(folder: Path) -> Path:
-    """The model folder a LoRA adapter was trained on (as peft recorded it)."""
+    """The model folder a LoRA adapter was trained on (as peft recorded it); a relative path is taken from
+    the adapter's folder, so an adapter moved together with its base still finds it."""
     config = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
-    base = config.get("base_model_name_or_path")
-    if not base:
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not base or not isinstance(base, str):
         raise ValueError(f"{folder}: the adapter does not name its base model")
-    return Path(base)
+    return (folder / Path(base).expanduser()).resolve()
+
+
+def check_model_folder(folder: Path) -> None:
+    """A local model or adapter folder: its ``config.json`` (or ``adapter_config.json``) is a JSON object;
+    an empty or cut-short one would fail deep inside transformers."""
+    name = ADAPTER_CONFIG if (folder / ADAPTER_CONFIG).is_file() else "config.json"
+    config = folder / name
+    try:
+        settings = json.loads(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{folder} holds no model (no config.json or {ADAPTER_CONFIG})") from None
+    except (OSError, ValueError) as error:  # JSONDecodeError, UnicodeDecodeError, a folder named so
+        raise ValueError(f"{config} is not a model config ({' '.join(str(error).split())})") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{config} is not a model config (not a JSON object)")
+
+
+def check_adapter_fits(folder: Path, base_folder: Path, base: Any) -> None:
+    """Every LoRA weight of the adapter lands on a linear layer of ``base`` with its number of features;
+    else one line (an adapter of another architecture, or of a base of another size). peft itself would
+    only warn and leave the base model's weights to be scored under the adapter's name."""
+    weights = folder / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        return  # an adapter saved as a pickle (.bin) is left to peft
+    from safetensors import safe_open
+
+    layers = dict(base.named_modules())
+    with safe_open(str(weights), "pt") as tensors:
+        for key in tensors.keys():  # noqa: SIM118  # a safetensors file, not a dict
+            module_name, dot_lora, part = key.partition(".lora_")
+            if not dot_lora or part not in ("A.weight", "B.weight"):
+                continue
+            name = module_name.removeprefix("base_model.model.")
+            layer = layers.get(name)
+            if layer is None or not hasattr(layer, "in_features"):
+                raise ValueError(
+                    f"{folder}: the adapter does not fit its base {base_folder}: the base has no linear "
+                    f"layer {name} (an adapter of another architecture?)"
+                )
+            shape = tensors.get_slice(key).get_shape()
+            found, expected = (
+                (shape[1], layer.in_features) if part[0] == "A" else (shape[0], layer.out_features)
+            )
+            if found != expected:
+                raise ValueError(
+                    f"{folder}: the adapter does not fit its base {base_folder}: {name} has {expected} "
+                    f"features where the adapter has {found} (an adapter of a base of another size?)"
+                )
 
 
 def is_vision_model(path: Path | str) -> bool:
@@ -154,6 +226,7 @@ def load_processor(path: Path | str, *, trust_remote_code: bool = False) -> Any:
     from transformers import PreTrainedTokenizerBase
 
     folder = Path(path)
+    check_model_folder(folder)
     if (folder / ADAPTER_CONFIG).is_file() and not (folder / "tokenizer_config.json").is_file():
         folder = adapter_base(folder)
     processor = _auto_processor(folder, trust_remote_code)
@@ -178,7 +251,9 @@ def _auto_processor(path: Path, trust_remote_code: bool) -> Any:
         if "torchvision" not in str(error).lower() and "video processor" not in str(error).lower():
             raise
         missing_torchvision = error
-    model_type = AutoConfig.from_pretrained(path, local_files_only=True).model_type
+    # An adapter folder with processor files has no model config of its own: its base's says the type.
+    config_folder = adapter_base(path) if (path / ADAPTER_CONFIG).is_file() else path
+    model_type = AutoConfig.from_pretrained(config_folder, local_files_only=True).model_type
     processor_name = PROCESSOR_MAPPING_NAMES.get(model_type)
     processor_cls = getattr(transformers, processor_name, None) if processor_name else None
     if processor_cls is None:

@@ -21,7 +21,7 @@ _FLOOR_COLOR = (0.55, 0.55, 0.58, 1.0)
 
 def connect() -> int:
     """A new DIRECT pybullet client with pybullet_data on its search path, gravity and our time step."""
-    client = pybullet.connect(pybullet.DIRECT)
+    client: int = pybullet.connect(pybullet.DIRECT)
     pybullet.setAdditionalSearchPath(pybullet_data.getDataPath(), physicsClientId=client)
     pybullet.setGravity(0.0, 0.0, -9.81, physicsClientId=client)
     pybullet.setTimeStep(TIMESTEP, physicsClientId=client)
@@ -36,7 +36,8 @@ def static_box(client: int, half_extents: Vec3, position: Vec3, rgba: Rgba) -> i
     visual = pybullet.createVisualShape(
         pybullet.GEOM_BOX, halfExtents=half_extents, rgbaColor=rgba, physicsClientId=client
     )
-    return pybullet.createMultiBody(0.0, collision, visual, position, physicsClientId=client)
+    body: int = pybullet.createMultiBody(0.0, collision, visual, position, physicsClientId=client)
+    return body
 
 
 def add_table(client: int) -> int:
@@ -56,7 +57,7 @@ def add_table(client: int) -> int:
 def add_robot(client: int, joints: tuple[float, ...] = ROBOT_NEUTRAL_JOINTS) -> int:
     """The Franka Panda at the table's far edge, facing the table, its movable joints at `joints`."""
     facing = pybullet.getQuaternionFromEuler((0.0, 0.0, -np.pi / 2))
-    robot = pybullet.loadURDF(ROBOT_ASSET, ROBOT_BASE, facing, useFixedBase=True, physicsClientId=client)
+    robot: int = pybullet.loadURDF(ROBOT_ASSET, ROBOT_BASE, facing, useFixedBase=True, physicsClientId=client)
     for joint, angle in zip(movable_joints(client, robot), joints, strict=True):
         pybullet.resetJointState(robot, joint, angle, physicsClientId=client)
     return robot
@@ -79,7 +80,7 @@ def create_body(
         if asset is None:
             raise ValueError("an asset object needs an asset path")
         try:
-            body = pybullet.loadURDF(asset, globalScaling=scale, physicsClientId=client)
+            body: int = pybullet.loadURDF(asset, globalScaling=scale, physicsClientId=client)
         except pybullet.error as error:
             raise ValueError(f"cannot load asset {asset!r} from pybullet_data: {error}") from error
         if rgba is not None:

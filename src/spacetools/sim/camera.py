@@ -97,7 +97,8 @@ class Camera:
     def camera_to_world(self, points: ArrayLike) -> NDArray[np.float64]:
         """Transform camera-frame points (N, 3) into the world frame."""
         pts = _as_points(points)
-        return pts @ self.cam_to_world[:3, :3].T + self.cam_to_world[:3, 3]
+        world: NDArray[np.float64] = pts @ self.cam_to_world[:3, :3].T + self.cam_to_world[:3, 3]
+        return world
 
     def project(self, points_camera: ArrayLike) -> NDArray[np.float64]:
         """Project camera-frame points (N, 3) to continuous pixel coordinates (N, 2)."""
@@ -131,7 +132,8 @@ class Camera:
     def view_matrix_gl(self) -> list[float]:
         """pybullet's view matrix (column-major 16 floats): OpenGL looks down -z with y up."""
         cv_to_gl = np.diag([1.0, -1.0, -1.0, 1.0])
-        return (cv_to_gl @ self.world_to_cam).T.reshape(-1).tolist()
+        column_major: list[float] = (cv_to_gl @ self.world_to_cam).T.reshape(-1).tolist()
+        return column_major
 
     def projection_matrix_gl(self) -> list[float]:
         """pybullet's projection matrix (column-major 16 floats) equivalent to these intrinsics.
@@ -150,7 +152,8 @@ class Camera:
                 [0.0, 0.0, -1.0, 0.0],
             ]
         )
-        return proj.T.reshape(-1).tolist()
+        column_major: list[float] = proj.T.reshape(-1).tolist()
+        return column_major
 
     def zbuffer_to_depth(self, zbuffer: ArrayLike) -> NDArray[np.float32]:
         """Convert pybullet's non-linear z-buffer in [0, 1] to metric depth (z in the camera frame)."""

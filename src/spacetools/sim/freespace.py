@@ -148,7 +148,8 @@ def _turned_outlines(obs: Observation, item: int) -> np.ndarray:
 
 def _clear(obs: Observation, item: int, candidates: np.ndarray, clearance: float) -> np.ndarray:
     """Which candidates stay `clearance` away from every object but `item` (the one being placed)."""
-    return ~shapely.intersects(obs.blocked((item,), clearance), candidates)
+    clear: np.ndarray = ~shapely.intersects(obs.blocked((item,), clearance), candidates)
+    return clear
 
 
 def _fitting(

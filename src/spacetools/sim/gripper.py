@@ -34,4 +34,5 @@ def gripper_points(pose: ArrayLike, width: float) -> NDArray[np.float64]:
             [half, 0.0, FINGER_LENGTH],
         ]
     )
-    return local @ matrix[:3, :3].T + matrix[:3, 3]
+    points: NDArray[np.float64] = local @ matrix[:3, :3].T + matrix[:3, 3]
+    return points

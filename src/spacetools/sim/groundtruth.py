@@ -87,7 +87,8 @@ def _inside_box(points: NDArray[np.float64], corners: NDArray[np.float64]) -> ND
     origin = corners[0]
     edges = np.stack([corners[1] - origin, corners[3] - origin, corners[4] - origin])
     local = (points - origin) @ edges.T / np.sum(edges**2, axis=1)
-    return np.all((local >= 0.0) & (local <= 1.0), axis=1)
+    inside: NDArray[np.bool_] = np.all((local >= 0.0) & (local <= 1.0), axis=1)
+    return inside
 
 
 def top_down_grasp(

@@ -133,7 +133,8 @@ class Observation:
 
     def centre(self, index: int) -> np.ndarray:
         """An object's 3D box centre in world (x, y)."""
-        return self.truths[index].obb_corners_world[:, :2].mean(axis=0)
+        centre: np.ndarray = self.truths[index].obb_corners_world[:, :2].mean(axis=0)
+        return centre
 
     def footprint(self, index: int) -> Polygon:
         """An object's footprint on the table: the hull of its 3D box corners in world (x, y)."""
@@ -163,7 +164,8 @@ class Observation:
         fits) is asked for again and again while a question searches its pairs and sides."""
         if key not in self._memo:
             self._memo[key] = compute()
-        return self._memo[key]
+        value: _T = self._memo[key]
+        return value
 
     def region_mask(self, region: Polygon) -> np.ndarray:
         """``(H, W)`` bool: bare table pixels whose world point lies inside `region`."""
@@ -178,7 +180,8 @@ class Observation:
         """The normalized image point ``(2,)`` of a world point."""
         camera = self.view.camera
         pixels = camera.project(camera.world_to_camera(np.asarray(point_world, dtype=float)[None]))
-        return camera.normalize(pixels)[0]
+        normalized: np.ndarray = camera.normalize(pixels)[0]
+        return normalized
 
 
 def _unit(vector: np.ndarray, what: str) -> np.ndarray:

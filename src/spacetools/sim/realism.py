@@ -95,14 +95,16 @@ def perturb_depth(depth: np.ndarray, profile: Profile, rng: np.random.Generator)
         and profile.depth_scale_sigma == 0
         and profile.depth_smooth_relative == 0
     ):
-        return depth.copy()
+        unchanged: np.ndarray = depth.copy()
+        return unchanged
     height, width = depth.shape
     scale = 1.0 + rng.normal(0.0, profile.depth_scale_sigma)
     coarse = rng.normal(0.0, profile.depth_smooth_relative, size=(4, 5))
     warp = ndimage.zoom(coarse, (height / 4, width / 5), order=1)[:height, :width]
     noise = rng.normal(0.0, 1.0, size=depth.shape) * profile.depth_noise_per_m2 * depth**2
     noisy = depth * scale * (1.0 + warp) + noise
-    return np.maximum(noisy, 1e-3).astype(np.float32)
+    perturbed: np.ndarray = np.maximum(noisy, 1e-3).astype(np.float32)
+    return perturbed
 
 
 def perturb_focal_length(focal_length_px: float, profile: Profile, rng: np.random.Generator) -> float:
@@ -116,7 +118,7 @@ def perturb_mask(
     mask: np.ndarray, segmentation: np.ndarray, profile: Profile, rng: np.random.Generator
 ) -> np.ndarray:
     """A mask with its boundary eroded or dilated and, sometimes, bleeding into a touching neighbour."""
-    result = mask.copy()
+    result: np.ndarray = mask.copy()
     if profile.mask_boundary_px:
         radius = int(rng.integers(0, profile.mask_boundary_px + 1))
         if radius:

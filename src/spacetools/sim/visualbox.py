@@ -56,7 +56,8 @@ def mesh_vertices(path: str) -> NDArray[np.float64]:
 def _shape_points(geometry: int, dimensions: tuple[float, ...], mesh_file: bytes) -> NDArray[np.float64]:
     """Points in the visual shape's own frame whose hull encloses the shape (mesh vertices, box corners)."""
     if geometry == pybullet.GEOM_MESH:
-        return mesh_vertices(mesh_file.decode()) * np.asarray(dimensions[:3])
+        vertices: NDArray[np.float64] = mesh_vertices(mesh_file.decode()) * np.asarray(dimensions[:3])
+        return vertices
     if geometry == pybullet.GEOM_BOX:
         half = np.asarray(dimensions[:3]) / 2.0
     elif geometry == pybullet.GEOM_SPHERE:

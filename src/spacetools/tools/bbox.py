@@ -66,7 +66,8 @@ class OrientedBox:
     @property
     def center(self) -> np.ndarray:
         """The box centre."""
-        return self.corners.mean(axis=0)
+        centre: np.ndarray = self.corners.mean(axis=0)
+        return centre
 
     @property
     def volume(self) -> float:
@@ -82,7 +83,8 @@ def box_corners(origin: np.ndarray, axes: np.ndarray, low: np.ndarray, high: np.
     """
     footprint = [(low[0], low[1]), (high[0], low[1]), (high[0], high[1]), (low[0], high[1])]
     local = [(a, b, low[2]) for a, b in footprint] + [(a, b, high[2]) for a, b in footprint]
-    return origin + np.asarray(local) @ axes.T
+    corners: np.ndarray = origin + np.asarray(local) @ axes.T
+    return corners
 
 
 def min_area_rectangle(points_2d: np.ndarray) -> tuple[float, np.ndarray]:

@@ -7,7 +7,7 @@ rows, row-major, camera frame) so a segmentation mask indexes it directly.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -16,6 +16,31 @@ from spacetools.sim.realism import maybe_fail, perturb_depth, perturb_focal_leng
 from spacetools.tools.overlays import colorize_depth
 from spacetools.tools.projection import depth_to_point_cloud
 from spacetools.tools.simworld import SimulatedTool, render_size, resample_nearest
+
+
+def depth_map_text(
+    depth: np.ndarray, focal_length_px: float, source: Literal["Estimated", "Captured"] = "Estimated"
+) -> str:
+    """The model's text for a depth map (the original tools' words; the robot's camera "Captured" it)."""
+    height, width = depth.shape
+    return (
+        f"{source} depth map for {width}x{height} image. Focal length: {focal_length_px:.1f}px. "
+        f"Depth range: {depth.min():.2f}m to {depth.max():.2f}m (mean: {depth.mean():.2f}m). "
+        f"Use $depth_map (numpy array, {height}x{width}) to reference the depth data and "
+        f"$focal_length_px (float) to reference the focal length."
+    )
+
+
+def point_cloud_text(depth: np.ndarray, cloud: np.ndarray) -> str:
+    """The model's text for a depth map and its per-pixel point cloud (the original tools' words)."""
+    height, width = depth.shape
+    z = cloud[:, 2]
+    return (
+        f"Generated {width}x{height} depth map and {len(cloud):,} 3D points. "
+        f"Depth range in point cloud: {z.min():.2f}m to {z.max():.2f}m (mean: {z.mean():.2f}m). "
+        f"Use $depth_map (numpy array, {height}x{width}), $point_cloud (numpy array, {len(cloud)}x3) "
+        f"and $focal_length_px (float) to reference the results."
+    )
 
 
 class DepthEstimatorTool(SimulatedTool):
@@ -70,15 +95,8 @@ class DepthEstimatorTool(SimulatedTool):
             image_index: Index of the image to analyse (0 for the first image).
         """
         depth, focal = self._estimate(ctx, image_index)
-        height, width = depth.shape
-        text = (
-            f"Estimated depth map for {width}x{height} image. Focal length: {focal:.1f}px. "
-            f"Depth range: {depth.min():.2f}m to {depth.max():.2f}m (mean: {depth.mean():.2f}m). "
-            f"Use $depth_map (numpy array, {height}x{width}) to reference the depth data and "
-            f"$focal_length_px (float) to reference the focal length."
-        )
         return ToolResult(
-            text=text,
+            text=depth_map_text(depth, focal),
             value=self._summary(depth, focal),
             images=[self._picture(depth)],
             variables={"depth_map": depth, "focal_length_px": focal},
@@ -96,15 +114,8 @@ class DepthEstimatorTool(SimulatedTool):
             image_index: Index of the image to analyse (0 for the first image).
         """
         depth, focal = self._estimate(ctx, image_index)
-        height, width = depth.shape
         cloud = depth_to_point_cloud(depth, focal)
         z = cloud[:, 2]
-        text = (
-            f"Generated {width}x{height} depth map and {len(cloud):,} 3D points. "
-            f"Depth range in point cloud: {z.min():.2f}m to {z.max():.2f}m (mean: {z.mean():.2f}m). "
-            f"Use $depth_map (numpy array, {height}x{width}), $point_cloud (numpy array, {len(cloud)}x3) "
-            f"and $focal_length_px (float) to reference the results."
-        )
         value = {
             **self._summary(depth, focal),
             "points": len(cloud),
@@ -113,7 +124,7 @@ class DepthEstimatorTool(SimulatedTool):
             "cloud_depth_mean": float(z.mean()),
         }
         return ToolResult(
-            text=text,
+            text=point_cloud_text(depth, cloud),
             value=value,
             images=[self._picture(depth)],
             variables={"depth_map": depth, "point_cloud": cloud, "focal_length_px": focal},

@@ -121,7 +121,8 @@ def within_reach(points: np.ndarray, grasps: list[Grasp], max_width: float) -> n
     )
     origins = np.array([g.pose[:3, 3] for g in grasps])
     low, high = origins.min(axis=0) - reach, origins.max(axis=0) + reach
-    return points[rows_all((points >= low) & (points <= high))]
+    reachable: np.ndarray = points[rows_all((points >= low) & (points <= high))]
+    return reachable
 
 
 def _sample_approach(up: np.ndarray, toward_camera: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -136,7 +137,8 @@ def _sample_approach(up: np.ndarray, toward_camera: np.ndarray, rng: np.random.G
     # Side approaches come from the visible side: push the lateral part away from the camera.
     if tilt > np.radians(45.0):
         lateral = -side
-    return np.cos(tilt) * down + np.sin(tilt) * lateral
+    approach: np.ndarray = np.cos(tilt) * down + np.sin(tilt) * lateral
+    return approach
 
 
 def _candidate(

@@ -66,7 +66,8 @@ def _ramp_exact(values: np.ndarray) -> np.ndarray:
     position = np.clip(values, 0.0, 1.0) * (len(stops) - 1)
     low = np.floor(position).astype(int).clip(0, len(stops) - 2)
     fraction = (position - low)[..., None]
-    return ((1 - fraction) * stops[low] + fraction * stops[low + 1]).astype(np.uint8)
+    colours: np.ndarray = ((1 - fraction) * stops[low] + fraction * stops[low + 1]).astype(np.uint8)
+    return colours
 
 
 _RAMP_LEVELS = 1024
@@ -78,7 +79,8 @@ _RAMP_TABLE = _ramp_exact(np.linspace(0.0, 1.0, _RAMP_LEVELS))
 def _ramp(values: np.ndarray) -> np.ndarray:
     """`_ramp_exact` of values in [0, 1] (clipped), by table."""
     levels = np.clip(values, 0.0, 1.0) * (_RAMP_LEVELS - 1)
-    return _RAMP_TABLE[np.rint(levels).astype(np.intp)]
+    colours: np.ndarray = _RAMP_TABLE[np.rint(levels).astype(np.intp)]
+    return colours
 
 
 def draw_gripper(image: np.ndarray, points_2d: np.ndarray) -> np.ndarray:

@@ -30,14 +30,16 @@ class SupportPlane:
 
     def height(self, points: np.ndarray) -> np.ndarray:
         """Signed distance of ``points`` above the plane."""
-        return points @ self.normal + self.offset
+        heights: np.ndarray = points @ self.normal + self.offset
+        return heights
 
 
 def subsample(points: np.ndarray, max_points: int) -> np.ndarray:
     """At most ``max_points`` rows, evenly strided (deterministic)."""
     if len(points) <= max_points:
         return points
-    return points[np.linspace(0, len(points) - 1, max_points).astype(int)]
+    strided: np.ndarray = points[np.linspace(0, len(points) - 1, max_points).astype(int)]
+    return strided
 
 
 def main_cluster(points: np.ndarray, min_radius: float = 0.008) -> np.ndarray:
@@ -58,12 +60,13 @@ def main_cluster(points: np.ndarray, min_radius: float = 0.008) -> np.ndarray:
     graph = _adjacency(len(sample), pairs)
     _, labels = connected_components(graph, directed=False)
     biggest = np.bincount(labels).argmax()
-    kept = sample[labels == biggest]
+    kept: np.ndarray = sample[labels == biggest]
     if len(sample) == len(points):
         return kept
     # Subsampled: keep every original point near the winning cluster.
     distance, _ = cKDTree(kept).query(points, k=1, distance_upper_bound=radius)
-    return points[np.isfinite(distance)]
+    near: np.ndarray = points[np.isfinite(distance)]
+    return near
 
 
 def _adjacency(size: int, pairs: np.ndarray) -> coo_matrix:

@@ -48,7 +48,8 @@ def backproject_normalized(
     camera = focal_camera(focal_length_px, width, height)
     pixels = np.asarray(points_2d, dtype=np.float64).reshape(-1, 2) * np.array([width, height])
     rays = np.column_stack([pixels, np.ones(len(pixels))]) @ np.linalg.inv(camera.intrinsics()).T
-    return rays * np.asarray(depth, dtype=np.float64).reshape(-1, 1)
+    points: np.ndarray = rays * np.asarray(depth, dtype=np.float64).reshape(-1, 1)
+    return points
 
 
 def depth_to_point_cloud(depth: np.ndarray, focal_length_px: float) -> np.ndarray:
@@ -70,7 +71,8 @@ def rows_all(flags: np.ndarray) -> np.ndarray:
     Column by column: numpy reduces a narrow array along its rows several times slower, and a per-pixel
     cloud has 300,000 rows.
     """
-    return flags[:, 0] & flags[:, 1] & flags[:, 2]
+    all_true: np.ndarray = flags[:, 0] & flags[:, 1] & flags[:, 2]
+    return all_true
 
 
 def finite_rows(points: np.ndarray) -> np.ndarray:
@@ -155,7 +157,8 @@ def mask_selection(point_cloud: np.ndarray, mask: np.ndarray, focal_length_px: f
     height, width = mask.shape
     valid = valid_points(point_cloud)
     if len(point_cloud) == height * width:
-        return mask.reshape(-1) & valid
+        selected: np.ndarray = mask.reshape(-1) & valid
+        return selected
     selected = np.zeros(len(point_cloud), dtype=bool)
     candidates = np.flatnonzero(valid)
     pixels = np.floor(project_to_pixels(point_cloud[candidates], focal_length_px, width, height)).astype(int)

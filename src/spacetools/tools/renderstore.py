@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spacetools.kit.lockfiles import UnsafeLockFileError, open_lock_file
 from spacetools.sim.camera import Camera
 from spacetools.sim.world import View
 
@@ -76,8 +77,8 @@ class RenderStore:
             return
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            lock = os.open(self.folder / f"{key}{LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError:
+            lock = open_lock_file(self.folder / f"{key}{LOCK_SUFFIX}")
+        except (OSError, UnsafeLockFileError):
             yield
             return
         try:

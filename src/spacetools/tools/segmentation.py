@@ -31,7 +31,8 @@ def surface_mask(observation: Observation, row: int, col: int) -> np.ndarray:
     table = observation.table_pixels
     same_kind = table if table[row, col] else (observation.view.segmentation < 0) & ~table
     labels, _ = ndimage.label(same_kind)
-    return labels == labels[row, col]
+    region: np.ndarray = labels == labels[row, col]
+    return region
 
 
 def segment_at(observation: Observation, points: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -45,7 +45,7 @@ DEFAULT_CACHE_MB = 256.0
 class SimulationSettings(BaseModel):
     """The deployment settings of a simulated tool (other keys are the Toolshed's to judge)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     profile: str = "exact"
     max_render_pixels: int = Field(DEFAULT_MAX_RENDER_PIXELS, ge=MIN_RENDER_PIXELS)
@@ -82,7 +82,8 @@ def resample_nearest(array: np.ndarray, height: int, width: int) -> np.ndarray:
         return array
     rows = ((np.arange(height) + 0.5) * array.shape[0] / height).astype(np.intp)
     cols = ((np.arange(width) + 0.5) * array.shape[1] / width).astype(np.intp)
-    return array[rows[:, None], cols[None, :]]
+    resampled: np.ndarray = array[rows[:, None], cols[None, :]]
+    return resampled
 
 
 def _store_key(key: tuple[str, int, int]) -> str:

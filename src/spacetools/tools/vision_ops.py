@@ -60,6 +60,18 @@ def _check_in_front(points: np.ndarray) -> None:
         )
 
 
+def _check_projected(points: np.ndarray, projected: np.ndarray) -> None:
+    """A point so close to the camera plane that its image point overflows (z = 1e-320) has none."""
+    bad = np.flatnonzero(~np.all(np.isfinite(projected), axis=1))
+    if len(bad):
+        x, y, z = points[bad[0]]
+        raise ToolError(
+            f"point {bad[0]} ({x:g}, {y:g}, {z:g}) is too close to the camera plane: its image point is not "
+            "finite; only points with a finite z > 0 (metres, OpenCV camera frame) far enough in front can be "
+            "projected"
+        )
+
+
 class VisionOpsTool(Tool):
     """Indexing, cropping and projection operations on images and stored arrays."""
 
@@ -216,7 +228,9 @@ class VisionOpsTool(Tool):
             raise ToolError(f"image size must be positive, got {width}x{height}")
         focal = as_focal_length(focal_length_px, (height, width))
         _check_in_front(points)
-        projected = project_to_normalized(points, focal, width, height)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            projected = project_to_normalized(points, focal, width, height)
+        _check_projected(points, projected)
         text = (
             f"Projected {len(points)} 3D points to normalized image coordinates: {format_points(projected)}"
         )

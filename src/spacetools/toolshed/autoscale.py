@@ -88,7 +88,7 @@ class Autoscaler:
                     else "no waiting call got an instance"
                 )
                 wanted = min(self.maximum, busy + waiting)
-                joined, failure = await self.router.grow(wanted - size)
+                joined, failure = await self.router.pool.grow(wanted - size)
                 failed = f"; {wanted - size - joined} failed to start: {failure}" if failure else ""
                 self._record(
                     size, size + joined, f"{waiting} calls queued, {why}{failed}", force=bool(failure)
@@ -97,7 +97,7 @@ class Autoscaler:
         if idle > 0 and waiting == 0 and size > self.minimum:
             if self._idle_since is None:
                 self._idle_since = now
-            elif now - self._idle_since >= self.idle_s and await self.router.shrink():
+            elif now - self._idle_since >= self.idle_s and await self.router.pool.shrink():
                 self._record(size, size - 1, f"{idle} instance(s) idle for {self.idle_s:g} s")
                 self._idle_since = now
             return

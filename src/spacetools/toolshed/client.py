@@ -11,7 +11,9 @@ as `"$name"`), so `result.variables` maps each stored name to a `None` placehold
 the tool's structured result. The tools' pictures are mirrored at the server's indices with an empty
 attachment: their attachments stay with the server session, where the calls on them run. Calls never
 raise: a network failure, a lost session or a refusal (the server's limits) comes back as an error
-result (`Error: ConnectionError: …`).
+result (`Error: ConnectionError: …`, `Error: UnknownSessionError: …`). What does raise (`open()`, `start()`,
+`fetch_stats()`) raises the errors of `spacetools.kit.errors` that the Toolshed raises in process,
+rebuilt from the code in the server's answer.
 
 This module needs httpx and pydantic only: the wire models live in `spacetools.toolshed.wire`.
 """
@@ -33,6 +35,7 @@ from pydantic import TypeAdapter
 
 from spacetools.kit import imagecodec
 from spacetools.kit.definition import ToolResult, ToolSpec
+from spacetools.kit.errors import error_for_code
 from spacetools.toolshed.limits import TOKEN_ENV
 from spacetools.toolshed.session import check_attachment, check_image, check_session_inputs
 from spacetools.toolshed.wire import (
@@ -46,17 +49,13 @@ from spacetools.toolshed.wire import (
     ToolSpecResponse,
 )
 
-__all__ = ["RemoteSession", "RemoteToolshed", "RemoteToolshedError"]
+__all__ = ["RemoteSession", "RemoteToolshed"]
 
 Arguments = Mapping[str, Any] | str | None
 
 _log = logging.getLogger(__name__)
 _CALL_RESULTS = TypeAdapter(list[CallResponse])
 _SPECS = TypeAdapter(list[ToolSpecResponse])
-
-
-class RemoteToolshedError(RuntimeError):
-    """The server refused a request; the message is its `detail`."""
 
 
 class RemoteSession:
@@ -323,13 +322,17 @@ class RemoteToolshed:
 
 
 def _raise_for_status(response: httpx.Response) -> None:
+    """The error of `spacetools.kit.errors` that the server's answer names by its code (or its status),
+    as the Toolshed in this process would raise it."""
     if response.is_success:
         return
     try:
-        detail = response.json().get("detail", response.text)
+        body = response.json()
+        detail, code = body.get("detail", response.text), body.get("code")
     except (json.JSONDecodeError, AttributeError):
-        detail = response.text
-    raise RemoteToolshedError(f"HTTP {response.status_code} from {response.request.url.path}: {detail}")
+        detail, code = response.text, None
+    error = error_for_code(code if isinstance(code, str) else None, response.status_code)
+    raise error(f"HTTP {response.status_code} from {response.request.url.path}: {detail}")
 
 
 async def _to_tool_result(result: CallResponse) -> ToolResult:

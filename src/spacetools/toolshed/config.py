@@ -96,7 +96,7 @@ class ToolConfig(BaseModel):
 class ToolsetConfig(BaseModel):
     """A whole tool-set config file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     tools: dict[str, ToolConfig] = Field(min_length=1)
 

@@ -33,7 +33,7 @@ class ToolsConfig(BaseModel):
     ``seed`` enters every session's random draws. With ``toolshed_url`` all of these are the server's.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     toolset: str = Field(default="v1", description="a named tool set: v1, v2 (with the robot) or pointing")
     profile: str = Field(default=DEFAULT_PROFILE, description="the simulated tools' realism")

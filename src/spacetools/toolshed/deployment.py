@@ -39,7 +39,7 @@ class ToolDeployment(BaseModel):
     placement: Literal["pack", "spread"] | None = Field(
         default=None, description="Ray placement group strategy."
     )
-    # Dynamic batching, for tools with a `batch_<method>` counterpart (see toolshed.batching).
+    # Dynamic batching, for tools with a `batch_<method>` counterpart (see toolshed.batcher).
     batch_size: int = Field(
         default=1, ge=1, le=1024, description="Most calls run as one batch (1: no batching)."
     )

@@ -2,7 +2,7 @@
 
 Every limit has a safe default and a `spacetools serve` flag. A request over a limit is refused with
 an HTTP error (408, 413, 429 or 503), never a 500; all but uvicorn's 503 for `max_connections` name
-the limit.
+the limit. The connection and read limits are enforced below the app (`spacetools.toolshed.slow_clients`).
 """
 
 from __future__ import annotations
@@ -54,11 +54,37 @@ class ServerLimits(BaseModel):
         gt=0,
         description="Open connections; past them every request gets a 503 right after its headers.",
     )
+    max_connections_per_client: int | None = Field(
+        default=None,
+        gt=0,
+        description="Open connections from one client address (default: half of `max_connections`); "
+        "past them a new connection gets a 503 with Retry-After at once, so that one client cannot "
+        "take every connection.",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest a request's headers may take to arrive, counted from the connection's "
+        "opening (or, on a kept-alive connection, from the request's first byte); past it the "
+        "connection gets a 408 and is closed.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest a request's body may take to arrive once its headers did, on every route "
+        "(a 408 and the connection closed past it); a turn's calls have `call_body_timeout_s`.",
+    )
+    keep_alive_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Longest an idle kept-alive connection stays open waiting for its next request.",
+    )
     max_calls_in_flight: int = Field(
         default=1024,
         gt=0,
         description="Tool calls admitted at once, queued or running (503 with Retry-After past it, "
-        "before the body is read).",
+        "before the body is read). A call is also refused so when its tool's queue is expected to "
+        "hold it longer than `max_queue_wait_s` (queue depth x recent service time / instances).",
     )
     max_queue_wait_s: float = Field(
         default=30.0,
@@ -69,6 +95,14 @@ class ServerLimits(BaseModel):
     token: str | None = Field(
         default=None, min_length=16, description="Bearer token every request but /health must carry."
     )
+
+    @property
+    def client_connection_cap(self) -> int:
+        """The open connections one client address may hold: `max_connections_per_client`, or half of
+        `max_connections`."""
+        if self.max_connections_per_client is not None:
+            return self.max_connections_per_client
+        return max(self.max_connections // 2, 1)
 
     def check_exposure(self, host: str) -> None:
         """`ValueError` when the server would listen beyond loopback without a token."""

@@ -2,6 +2,21 @@
 
 The in-process `Toolshed`/`Session` and the HTTP client's `RemoteToolshed`/`RemoteSession` both
 satisfy these protocols, so an episode runs the same against either.
+
+Errors are one vocabulary (`spacetools.kit.errors`), the same types whether the tools run in process,
+in worker processes, on Ray or behind a server (the client rebuilds them from the code in the server's
+answer):
+
+- a failing tool *call* never raises: a tool's `ToolError` or exception, bad arguments (`ToolArgumentError`'s
+  text), an unknown variable or tool, a timeout, a crash, a refusal or a lost server all come back as an
+  error result (`is_error`, text `"Error: …"`) for the model to read;
+- opening a session raises: `InvalidRequestError` (a `ValueError`: images that are not uint8 RGB,
+  attachments that are not dicts or do not match the images), `MemoryLimitError` (images over the
+  session's or the server's memory), `TooManySessionsError` (the cap on open sessions); over HTTP also
+  `ImageTooLargeError`, `ImageDecodeError`, `BodyTooLargeError`, `OverloadedError`, `UnauthorizedError`,
+  and `ServerError` for anything else. A remote session opens lazily: these come from
+  `await session.open()` (or as the first call's error result);
+- `open()` on a session closed or expired on the server raises `UnknownSessionError` (a `KeyError`).
 """
 
 from __future__ import annotations
@@ -30,6 +45,14 @@ class ToolSession(Protocol):
 
     def add_image(self, image: np.ndarray, attachment: dict[str, Any] | None = None) -> int:
         """Append an image to the conversation; returns its `image_index`."""
+        ...
+
+    async def open(self) -> str:
+        """Make sure the session is open on its server, with every image added so far; its id.
+
+        Raises the errors of opening a session (see the module's text); `UnknownSessionError` when the
+        server closed or expired it.
+        """
         ...
 
     async def call(self, name: str, arguments: Arguments = None) -> ToolResult:

@@ -21,33 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from spacetools.kit.definition import ToolError
+from spacetools.kit.errors import (
+    InvalidRequestError,
+    MemoryLimitError,
+    TooManySessionsError,
+    UnknownSessionError,
+    UnknownVariableError,
+)
 
-__all__ = [
-    "MemoryLimitError",
-    "SessionClosedError",
-    "SessionState",
-    "SessionStore",
-    "TooManySessionsError",
-    "UnknownVariableError",
-    "value_nbytes",
-]
-
-
-class UnknownVariableError(ToolError):
-    """A `"$name"` argument names a variable the session does not hold (never made, or evicted)."""
-
-
-class SessionClosedError(ToolError):
-    """The session was released or expired."""
-
-
-class MemoryLimitError(ValueError):
-    """Images that do not fit in the session's or the server's memory cap (variables are evicted instead)."""
-
-
-class TooManySessionsError(RuntimeError):
-    """The store already holds its maximum number of open sessions."""
+__all__ = ["SessionState", "SessionStore", "value_nbytes"]
 
 
 def value_nbytes(value: Any) -> int:
@@ -152,7 +134,9 @@ class SessionStore:
         self, state: SessionState, images: list[np.ndarray], attachments: list[dict[str, Any]]
     ) -> None:
         """Append images to a session, counted in its memory; `MemoryLimitError` (nothing added) when
-        they do not fit even after evicting variables."""
+        they do not fit even after evicting variables; `UnknownSessionError` when the session is closed."""
+        if state.closed:  # released meanwhile: its images would count against the store forever
+            raise UnknownSessionError(f"session {state.id} is closed or expired; open a new one")
         size = sum(image.nbytes for image in images)
         if state.image_bytes + size > self.max_session_bytes:
             raise MemoryLimitError(
@@ -177,12 +161,12 @@ class SessionStore:
         state.attachments.extend(attachments)
 
     def get(self, session_id: str) -> SessionState:
-        """The open session with this id, marked as just used; `SessionClosedError` if there is none."""
+        """The open session with this id, marked as just used; `UnknownSessionError` if there is none."""
         now = self._clock()
         self._expire_unused_since(now - self.ttl_s)
         state = self._sessions.get(session_id)
         if state is None:
-            raise SessionClosedError(f"session {session_id} is closed or expired; open a new one")
+            raise UnknownSessionError(f"session {session_id} is closed or expired; open a new one")
         state.last_used = now
         self._sessions.move_to_end(session_id)
         return state
@@ -282,22 +266,24 @@ class SessionStore:
 
 
 def check_image(image: Any, index: int | None = None) -> None:
-    """`ValueError` unless `image` (the conversation's image `index`) is a `(H, W, 3)` uint8 RGB array."""
+    """`InvalidRequestError` (a `ValueError`) unless `image` (the conversation's image `index`) is an
+    `(H, W, 3)` uint8 RGB array."""
     if not (
         isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8
     ):
         got = f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
         which = "an image" if index is None else f"image {index}"
-        raise ValueError(f"{which} must be a uint8 RGB array of shape (H, W, 3), got {got}")
+        raise InvalidRequestError(f"{which} must be a uint8 RGB array of shape (H, W, 3), got {got}")
 
 
 def check_attachment(attachment: Any, index: int | None = None) -> dict[str, Any]:
-    """A copy of an image's attachment; `ValueError` unless it is a dict with string keys (or None)."""
+    """A copy of an image's attachment; `InvalidRequestError` unless it is a dict with string keys (or
+    None)."""
     if attachment is None:
         return {}
     if not isinstance(attachment, Mapping) or not all(isinstance(key, str) for key in attachment):
         which = "an attachment" if index is None else f"the attachment of image {index}"
-        raise ValueError(f"{which} must be a dict with string keys, got {type(attachment).__name__}")
+        raise InvalidRequestError(f"{which} must be a dict with string keys, got {type(attachment).__name__}")
     return dict(attachment)
 
 
@@ -310,5 +296,5 @@ def check_session_inputs(
         check_image(image, index)
     given = list(attachments) if attachments is not None else [None] * len(images)
     if len(given) != len(images):
-        raise ValueError(f"got {len(images)} images but {len(given)} attachments")
+        raise InvalidRequestError(f"got {len(images)} images but {len(given)} attachments")
     return images, [check_attachment(attachment, index) for index, attachment in enumerate(given)]

@@ -19,28 +19,28 @@ from typing import Any
 import numpy as np
 
 from spacetools.kit.definition import (
+    Tool,
     ToolContext,
-    ToolError,
     ToolMethod,
     ToolResult,
     ToolSpec,
     error_result,
     tool_methods,
 )
-from spacetools.toolshed.arguments import (
+from spacetools.kit.errors import ToolError, UnknownSessionError
+from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
+from spacetools.toolshed.backends import instance_factory, local_arguments
+from spacetools.toolshed.batcher import Batcher, batchers_for
+from spacetools.toolshed.call_arguments import (
     Arguments,
     call_seed,
     is_small,
     read_arguments,
     resolve_and_validate,
 )
-from spacetools.toolshed.autoscale import Autoscaler, autoscaler_for
-from spacetools.toolshed.backends import instance_factory, local_arguments
-from spacetools.toolshed.batching import Batcher, batchers_for
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter
 from spacetools.toolshed.session import (
-    SessionClosedError,
     SessionState,
     SessionStore,
     check_attachment,
@@ -92,6 +92,11 @@ class Session:
     def closed(self) -> bool:
         """True once the session was released or expired."""
         return self._state.closed
+
+    async def open(self) -> str:
+        """The session id; `UnknownSessionError` when the session is closed or expired (a session here
+        opens with `Toolshed.open_session`; a remote one opens on the server by this call)."""
+        return self._shed._store.get(self._state.id).id
 
     def add_image(self, image: np.ndarray, attachment: dict[str, Any] | None = None) -> int:
         """Append an image to the conversation; returns its `image_index`.
@@ -169,14 +174,7 @@ class Toolshed:
             self._add(deployment)
 
     def _add(self, deployment: ToolDeployment) -> None:
-        tool_class = deployment.tool_class()
-        tool_class.check_config(deployment.config)  # a bad setting fails here, not in every instance
-        unknown = sorted(set(deployment.config) - tool_class.config_keys)
-        if tool_class.config_keys and unknown:  # a tool that names its settings takes no others
-            raise ValueError(
-                f"tool {tool_class.name!r} has no setting {', '.join(unknown)} "
-                f"(its settings: {', '.join(sorted(tool_class.config_keys))})"
-            )
+        tool_class = _checked_tool_class(deployment)
         if tool_class.name in self._routers:
             raise ValueError(f"tool {tool_class.name!r} is deployed twice")
         if "profile" in deployment.config:
@@ -250,6 +248,11 @@ class Toolshed:
         """The router of one tool (its instances and statistics)."""
         return self._routers[tool_name]
 
+    def method_router(self, name: str) -> ToolRouter | None:
+        """The router serving the tool method `name` (``"tool.method"``); None for an unknown name."""
+        entry = self._methods.get(name)
+        return None if entry is None else entry[0]
+
     def open_session(
         self,
         images: Sequence[np.ndarray],
@@ -265,11 +268,8 @@ class Toolshed:
         return Session(self, self._store.create(images, checked, 0 if seed is None else seed))
 
     def session(self, session_id: str) -> Session:
-        """An open session by id; `KeyError` when it is closed or expired."""
-        try:
-            return Session(self, self._store.get(session_id))
-        except SessionClosedError as exc:
-            raise KeyError(str(exc)) from None
+        """An open session by id; `UnknownSessionError` (a `KeyError`) when it is closed or expired."""
+        return Session(self, self._store.get(session_id))
 
     def stats(self) -> dict[str, Any]:
         """Live statistics: per tool, plus sessions and variable memory."""
@@ -299,7 +299,7 @@ class Toolshed:
         entry = self._methods.get(name)
         if entry is None:
             self._unknown_calls += 1
-            return ToolResult.error(self._unknown_tool_message(name))
+            return ToolResult.error(_unknown_tool_message(name, list(self._methods)))
         router, method = entry
         try:
             state = self._store.get(state.id)
@@ -355,7 +355,8 @@ class Toolshed:
             attachment = attachments[position] if attachments else None
             try:
                 kept.append(self._append_image(state, image, attachment))
-            except ValueError as exc:  # a bad picture, or one over the memory limit
+            # A bad picture, one over the memory limit, or the session closed while the tool ran.
+            except (ValueError, UnknownSessionError) as exc:
                 result.text += f"\n(Note: a picture the tool made was not kept: {exc})"
         result.image_indices = kept
 
@@ -372,8 +373,22 @@ class Toolshed:
         for router in self._routers.values():
             router.release_session(session_id)
 
-    def _unknown_tool_message(self, name: str) -> str:
-        known = list(self._methods)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"
+
+def _checked_tool_class(deployment: ToolDeployment) -> type[Tool]:
+    """The deployment's tool class, its settings checked here (a bad one fails once, not in every
+    instance)."""
+    tool_class = deployment.tool_class()
+    tool_class.check_config(deployment.config)
+    unknown = sorted(set(deployment.config) - tool_class.config_keys)
+    if tool_class.config_keys and unknown:  # a tool that names its settings takes no others
+        raise ValueError(
+            f"tool {tool_class.name!r} has no setting {', '.join(unknown)} "
+            f"(its settings: {', '.join(sorted(tool_class.config_keys))})"
+        )
+    return tool_class
+
+
+def _unknown_tool_message(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown tool {name!r}.{hint} Available tools: {', '.join(known)}"

@@ -9,11 +9,13 @@ Pydantic only (the client must not need FastAPI). Conventions:
   attachments of the pictures tools make (`ToolResult.attachments`, e.g. the scene a simulated
   robot's photo shows): the server session keeps them for later calls on those pictures.
 - Tool failures are results with `is_error` true, never HTTP errors. HTTP errors mean the request
-  itself was refused, and say why in `detail`: 401 (no or a wrong bearer token), 404 (a closed,
-  expired or unknown session), 408 (a call body that did not arrive in time), 413 (a body or an
-  image over the limits; call bodies have their own, smaller limit), 422 (a malformed body), 429
-  (too many open sessions), 503 (too many calls in flight, refused before the body is read; retry
-  after the `Retry-After` seconds).
+  itself was refused: the body is `{"detail": <why>, "code": <code>}`, the code naming the error of
+  `spacetools.kit.errors` that the client raises again (`too_many_sessions`, `unknown_session`, …).
+  401: no or a wrong bearer token; 404: a closed, expired or unknown session; 408: a call body that
+  did not arrive in time; 413: a body or an image over the limits (call bodies have their own,
+  smaller limit) or images over the memory limit; 422: a malformed body; 429: too many open sessions;
+  503: too many calls in flight, refused before the body is read (retry after the `Retry-After`
+  seconds).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ the cache, so every other part of the project loads it like any local model. The
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import shutil
@@ -17,7 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spacetools.kit.lockfiles import holding
+from spacetools.kit.manifest import manifest_problem, write_manifest
+
 DONE_FILE = "CONVERTED"  # written last: a folder without it is a conversion that did not finish
+STAGING_MARK = ".staging-"
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,10 @@ def gguf_path(name: str) -> Path:
     )
 
 
+class ModelFolderError(ValueError):
+    """A model folder that is not ours to write, or a cached model that no longer matches its manifest."""
+
+
 def is_converted(folder: Path) -> bool:
     return (folder / DONE_FILE).is_file()
 
@@ -62,24 +71,58 @@ def is_converted(folder: Path) -> bool:
 def get_base_model(name: str, out: Path | None = None) -> Path:
     """The model folder of `name`, converted from its GGUF file on the first call and cached after.
 
-    `out`: where the folder goes (default `<cache>/<name>`). The conversion writes beside it and renames
-    when done, so an interrupted conversion never passes for a finished one.
+    `out`: where the folder goes (default `<cache>/<name>`); an existing one must be empty or a finished
+    conversion (nothing in a folder we did not write is touched). The conversion writes into a staging
+    folder beside it and renames when done, so an interrupted conversion never passes for a finished one;
+    concurrent calls for one folder take its lock, so the second waits and reuses the first's result, and
+    staging folders that a killed conversion left are removed by the next one. A finished folder is
+    checked against its manifest (sizes and SHA-256) on every call.
     """
     folder = out if out is not None else default_cache() / name
-    if is_converted(folder):
-        return folder
-    gguf = gguf_path(name)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    if not is_converted(folder):
+        check_writable(folder)
+        gguf = gguf_path(name)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with holding(folder.parent / f".{folder.name}.lock"):
+            if not is_converted(folder):  # another process may have converted it while we waited
+                check_writable(folder)
+                _convert_into(gguf, folder)
+    problem = manifest_problem(folder)
+    if problem is not None:
+        file, what = problem
+        raise ModelFolderError(
+            f"{file}: {what}; the cached model is damaged: delete {folder} and run the command again"
+        )
+    return folder
+
+
+def check_writable(folder: Path) -> None:
+    """``folder`` may become a model folder: it is missing or an empty folder (never a symlink)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ModelFolderError(f"{folder} is not a folder; give a new or empty folder to convert into")
+    if folder.is_dir() and any(folder.iterdir()):
+        raise ModelFolderError(
+            f"{folder} is not empty and holds no finished model conversion; nothing in it was touched: "
+            "give a new or empty folder"
+        )
+
+
+def _convert_into(gguf: Path, folder: Path) -> None:
+    """Convert into a fresh staging folder beside ``folder`` (removing what killed runs left), then swap."""
+    prefix = f".{folder.name}{STAGING_MARK}"
+    for leftover in folder.parent.glob(f"{glob.escape(prefix)}*"):
+        if leftover.is_dir() and not leftover.is_symlink():  # only our staging folders, under our lock
+            shutil.rmtree(leftover)
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=folder.parent))
     try:
         convert_gguf(gguf, staging)
-        if folder.exists():  # a partial folder from an interrupted run of an older layout
-            shutil.rmtree(folder)
+        write_manifest(staging)
+        if folder.is_dir():
+            folder.rmdir()  # empty (checked under the lock): the rename needs the name free
         staging.rename(folder)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    return folder
 
 
 def convert_gguf(gguf: Path, out: Path) -> None:

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from spacetools.kit.manifest import manifest_problem, write_manifest
+
 MODEL_DIR = "model"
 STATE_FILE = "trainer.pt"
 METRICS_FILE = "metrics.jsonl"
-MANIFEST_FILE = "files.json"
-"""Every file of the checkpoint and its size, written last: a file cut short or lost is found at load."""
 STATE_KEYS = ("step", "optimizer", "torch_rng")
 
 
@@ -52,9 +52,10 @@ def step_batches(
         yield order[position * batch_size : (position + 1) * batch_size].tolist()
 
 
-def load_checkpoint(path: Path) -> dict[str, Any] | None:
+def load_checkpoint(path: Path, total_steps: int | None = None) -> dict[str, Any] | None:
     """The trainer state of the checkpoint at `path` (its model is in `path / MODEL_DIR`), if there is one;
-    a `CheckpointError` when there is one that cannot be read whole."""
+    a `CheckpointError` when there is one that cannot be read whole, or whose step is not one of the
+    run's `total_steps` (when given)."""
     recover_checkpoint(path)
     if not path.exists():
         return None
@@ -73,36 +74,20 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
         raise CheckpointError(path, state_file, problem) from None
     if not isinstance(state, dict) or any(key not in state for key in STATE_KEYS):
         raise CheckpointError(path, state_file, f"not a trainer state (it needs {', '.join(STATE_KEYS)})")
+    step = state["step"]
+    if total_steps is not None and (type(step) is not int or not 0 < step <= total_steps):
+        raise CheckpointError(
+            path, state_file, f"step {step!r} is not a step of this run (1 to {total_steps})"
+        )
     return state
 
 
 def check_files(path: Path) -> None:
-    """Every file the checkpoint's manifest lists is there with its size (a checkpoint written before
-    manifests has none to check)."""
-    manifest = path / MANIFEST_FILE
-    if not manifest.is_file():
-        return
-    try:
-        sizes = json.loads(manifest.read_text(encoding="utf-8"))
-        if not isinstance(sizes, dict):
-            raise ValueError("not a JSON object")
-    except (ValueError, UnicodeDecodeError) as error:
-        raise CheckpointError(path, manifest, f"unreadable ({error})") from None
-    for name, size in sizes.items():
-        file = path / name
-        if not file.is_file():
-            raise CheckpointError(path, file, "missing")
-        if file.stat().st_size != size:
-            raise CheckpointError(
-                path, file, f"{file.stat().st_size} bytes where {size} were written (cut short?)"
-            )
-
-
-def _write_manifest(path: Path) -> None:
-    sizes = {
-        str(file.relative_to(path)): file.stat().st_size for file in sorted(path.rglob("*")) if file.is_file()
-    }
-    (path / MANIFEST_FILE).write_text(json.dumps(sizes, indent=1) + "\n", encoding="utf-8")
+    """Every file the checkpoint's manifest lists is there with its size and hash (a checkpoint written
+    before manifests has none to check)."""
+    problem = manifest_problem(path)
+    if problem is not None:
+        raise CheckpointError(path, *problem)
 
 
 def save_checkpoint(path: Path, model: Any, processor: Any, state: dict[str, Any]) -> None:
@@ -113,7 +98,7 @@ def save_checkpoint(path: Path, model: Any, processor: Any, state: dict[str, Any
     model.save_pretrained(staging / MODEL_DIR)
     processor.save_pretrained(staging / MODEL_DIR)
     torch.save({**state, "torch_rng": torch.get_rng_state()}, staging / STATE_FILE)
-    _write_manifest(staging)
+    write_manifest(staging)  # written last: a file cut short, lost or changed is found at load
     recover_checkpoint(path)
     retired = path.with_name(path.name + ".old")
     if path.exists():

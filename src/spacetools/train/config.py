@@ -41,7 +41,7 @@ Trainable = Annotated[str, StringConstraints(pattern=r"^(full|lora|last_layers:[
 class LoraSettings(BaseModel):
     """The LoRA adapter of `trainable: lora` (peft's `LoraConfig`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     r: PositiveInt = 16
     alpha: PositiveInt = 32
@@ -57,7 +57,7 @@ class SFTSettings(BaseModel):
     a DIRL recipe's `sft:` block. Defaults follow the paper's SFT stage (warm-up 0.1 then cosine, vision
     tower frozen, 2 epochs)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     epochs: PositiveInt = 2
     learning_rate: float = Field(2e-5, gt=0)
@@ -114,9 +114,17 @@ def _merged(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
+MAX_KEY_DEPTH = 16
+"""Dotted levels an override key may have: settings nest a few levels deep, and OmegaConf recurses once
+per level (a 2,000-level key would end in a RecursionError)."""
+
+
 def apply_dotlist(values: dict[str, Any], dotlist: Sequence[str]) -> dict[str, Any]:
     """`values` with OmegaConf-style overrides on top, as verl and TRL users write them: `sft.epochs=2`
-    sets a nested setting, values are read as YAML (`1e-6`, `true`, `[tensorboard, wandb]`)."""
+    sets a nested setting, values are read as YAML (`1e-6`, `true`, `[tensorboard, wandb]`).
+
+    Interpolation (`${oc.env:HOME}`, `${sft.epochs}`) is refused rather than resolved: a value is what is
+    written (overrides never read the environment), and a `${` kept as text would name a wrong folder."""
     if not dotlist:
         return values
     from omegaconf import Container, OmegaConf
@@ -127,6 +135,10 @@ def apply_dotlist(values: dict[str, Any], dotlist: Sequence[str]) -> dict[str, A
         key, sep, _ = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"expected key=value, got {item!r}")
+        if key.count(".") >= MAX_KEY_DEPTH:
+            raise ValueError(f"{key[:40]}...: a key has at most {MAX_KEY_DEPTH} dotted levels")
+        if "${" in item:
+            raise ValueError(f"{item!r}: interpolation (${{...}}) is not supported; write the value itself")
         try:
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
         except yaml.YAMLError as error:
@@ -177,7 +189,7 @@ class GRPOSettings(BaseModel):
     loss on the model's tokens, KL to the starting model), without its paths: a DIRL recipe's `irl:` and
     `grpo:` blocks. Defaults follow the paper's stage-2 IRL; `rollout.concurrency` episodes run at once."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     benches: list[str] | None = None
     limit: PositiveInt | None = Field(None, description="prompts per benchmark")
@@ -217,7 +229,7 @@ class TracesSettings(BaseModel):
     """Teacher traces for SFT (run a teacher with live tools, keep its correct, tool-measured episodes),
     without their paths: a DIRL recipe's `universal_teacher:` block."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     teacher: str = Field(
         "scripted", description="a policy name (scripted, openai, hf) or a local model folder"
@@ -242,7 +254,7 @@ class TracesConfig(TracesSettings):
 class TinyModelConfig(BaseModel):
     """The locally built base model of `dirl-tiny` (random weights, tokenizer trained on the traces)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     vocab_size: PositiveInt = 2048
     hidden_size: PositiveInt = 64
@@ -254,7 +266,7 @@ class TinyModelConfig(BaseModel):
 class DataConfig(BaseModel):
     """SpatialSim sets generated into the run folder (training and held-out, on different seeds)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     train_n: PositiveInt = 24
     train_seed: int = Field(default=100, ge=0)
@@ -281,7 +293,7 @@ class DIRLConfig(BaseModel):
     paper: 1:3).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     base_model: str = "tiny"
     tiny: TinyModelConfig = Field(default_factory=lambda: TinyModelConfig())

@@ -38,6 +38,7 @@ from spacetools.bench.runlog import run_log
 from spacetools.bench.spatialsim.generator import export
 from spacetools.bench.summary import Summary
 from spacetools.kit.loading import load_processor
+from spacetools.rewards.benchmarks import SPATIALSIM_PREFIX
 from spacetools.toolshed.shed import Toolshed
 from spacetools.toolshed.toolsets import get_toolset
 from spacetools.train.base_models import BASE_MODELS, get_base_model
@@ -103,7 +104,7 @@ class DIRLRun:
         if (folder / DONE).is_file():
             self._note(f"[{name}] done before, skipped")
             return
-        with run_log(folder):
+        with run_folder_lock(folder), run_log(folder):  # the lock first: it marks the folder as a run's
             self._note(f"[{name}] …")
             started = time.perf_counter()
             result = work(folder)
@@ -328,7 +329,7 @@ class DIRLRun:
 
     @property
     def _irl_benches(self) -> list[str]:
-        return [f"spatialsim_{family}" for family in self.config.irl_families]
+        return [SPATIALSIM_PREFIX + family for family in self.config.irl_families]
 
     async def _irl_teacher(self, folder: Path) -> None:
         tools = {**self.config.stage_settings(self.config.irl)["tools"], "toolset": self.config.irl_toolset}

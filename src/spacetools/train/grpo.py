@@ -133,7 +133,7 @@ async def _train_grpo(
     samples = list(load_samples(config.data, config.benches, config.limit).items())
     processor = load_processor(config.model)
     checkpoint = config.out / CHECKPOINT_DIR
-    state = load_checkpoint(checkpoint) if resume else None
+    state = load_checkpoint(checkpoint, config.steps) if resume else None
     model = load_policy_model(checkpoint / MODEL_DIR if state else config.model, config, resume=bool(state))
     reference = load_reference(config) if config.kl_coef > 0 else None
     trainable = trainable_parameters(model)

@@ -80,7 +80,8 @@ def _train_sft(config: SFTConfig, *, resume: bool, progress: Any) -> Path:
         raise ValueError(f"{config.data}: no episode fits in {config.max_tokens} tokens")
 
     checkpoint = config.out / CHECKPOINT_DIR
-    state = load_checkpoint(checkpoint) if resume else None
+    total_steps = math.ceil(len(examples) / config.batch_size) * config.epochs
+    state = load_checkpoint(checkpoint, total_steps) if resume else None
     model_path = checkpoint / MODEL_DIR if state is not None else config.model
     model = load_vlm(
         model_path,
@@ -94,7 +95,6 @@ def _train_sft(config: SFTConfig, *, resume: bool, progress: Any) -> Path:
     model.train()
     trainable = trainable_parameters(model)
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
-    total_steps = math.ceil(len(examples) / config.batch_size) * config.epochs
     scheduler = get_cosine_schedule_with_warmup(
         optimizer, int(config.warmup_ratio * total_steps), total_steps
     )

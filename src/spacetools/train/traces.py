@@ -106,9 +106,8 @@ async def collect_traces_async(
     teacher = policy or teacher_policy(config)
     inputs = [episode_input(sample, task_id) for task_id, sample in samples.items()]
     async with contextlib.AsyncExitStack() as stack:
-        close = getattr(teacher, "aclose", None)
-        if policy is None and close is not None:  # a teacher made here stops its model's tasks here
-            stack.push_async_callback(close)
+        if policy is None:  # a teacher made here stops its model's tasks here
+            stack.push_async_callback(teacher.aclose)
         provider = tools if tools is not None else await stack.enter_async_context(connect(config.tools))
         advance = (
             stack.enter_context(progress_bar(console, "episodes", len(inputs), unit="ep"))

@@ -40,7 +40,7 @@ from spacetools.agent.policies.generation import (
 )
 from spacetools.agent.policies.kvcache import KVSlot
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
-from spacetools.agent.types import EpisodeTokens
+from spacetools.agent.types import EpisodeTokens, Policy
 from spacetools.kit import imagecodec
 from spacetools.kit.loading import DTYPES, load_processor, load_vlm
 from spacetools.kit.textonly import TEXT_ONLY_NOTE, has_vision, image_note
@@ -157,7 +157,7 @@ class _Stats:
     entropy_sum: float = 0.0  # summed entropy of the distributions the sampled tokens came from
 
 
-class HFPolicy:
+class HFPolicy(Policy):
     """A loaded Hugging Face VLM or causal LM as a :class:`~spacetools.agent.types.Policy`.
 
     Args:

@@ -23,7 +23,7 @@ import openai
 
 from spacetools.agent.chat import to_chat_messages
 from spacetools.agent.policies.native_tools import NativeToolCalling
-from spacetools.agent.types import EpisodeState
+from spacetools.agent.types import EpisodeState, Policy
 from spacetools.kit import imagecodec
 from spacetools.kit.definition import ToolSpec
 
@@ -45,7 +45,7 @@ class _DataUrlCache:
         return url
 
 
-class OpenAIPolicy:
+class OpenAIPolicy(Policy):
     """Writes assistant turns with a chat-completions endpoint.
 
     Args:

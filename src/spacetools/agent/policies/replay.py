@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from spacetools.agent.types import EpisodeState, Trajectory, read_trajectories
+from spacetools.agent.types import EpisodeState, Policy, Trajectory, read_trajectories
 
 
 class ReplayExhaustedError(LookupError):
@@ -31,7 +31,7 @@ def _assistant_turns(trajectory: Trajectory) -> list[str]:
     return turns
 
 
-class ReplayPolicy:
+class ReplayPolicy(Policy):
     """Returns the recorded assistant turns of the episode's task, in order.
 
     Args:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from spacetools.agent.policies.scripted.replay import ToolOutcome, tool_batches
-from spacetools.agent.types import EpisodeState
+from spacetools.agent.types import EpisodeState, Policy
 
 # How a simulated tool's transient failure reads (`sim.realism`); such a call is worth one more try.
 _TRANSIENT = "retry the call"
@@ -206,7 +206,7 @@ def _plan(goal: RobotGoal, replay: _Replay) -> str:
     return _answer("The object was placed.", f"I picked up the {goal.item} and placed it.")
 
 
-class RobotExpertPolicy:
+class RobotExpertPolicy(Policy):
     """The deterministic robot expert (policy name `robot_scripted`)."""
 
     name = "robot_scripted"

@@ -28,6 +28,9 @@ from spacetools.bench.report.images import SIDE_FOLDER, ReportImages
 from spacetools.bench.report.plots import plots
 from spacetools.bench.summary import Summary, format_metrics, short_name
 
+STAGING_PREFIX = ".report-files-"
+"""The side files are written into a hidden folder of this prefix, then swapped in; a kill leaves one."""
+
 
 def _shown_rows(
     summary: Summary,
@@ -131,7 +134,10 @@ def _write_side_files(folder: Path, files: Mapping[str, bytes | Path]) -> None:
     """Replace ``folder`` with one holding ``files`` (none: no folder), so no picture of an earlier
     report is left behind. A file kept with a card is linked, not copied (copied where it cannot be:
     another file system)."""
-    fresh = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".report-files-"))
+    for leftover in folder.parent.glob(f"{STAGING_PREFIX}*"):  # a killed run's; the run folder is ours alone
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover)
+    fresh = Path(tempfile.mkdtemp(dir=folder.parent, prefix=STAGING_PREFIX))
     try:
         for name, content in files.items():
             if isinstance(content, bytes):

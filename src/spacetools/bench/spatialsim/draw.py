@@ -11,6 +11,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from spacetools.bench.dataset import Sample
 from spacetools.kit.imagecodec import decode_mask
+from spacetools.rewards.benchmarks import SPATIALSIM_PREFIX
 from spacetools.rewards.formats import BOX_EDGES, GRASP_EDGES, parse_boxes, parse_grasp, parse_points
 
 Color = tuple[int, int, int]
@@ -158,7 +159,7 @@ def render_sample(sample: Sample, wrap: int = 90) -> Image.Image:
 
     A small ground truth (a grasp, the corners of a small object) also gets a magnified view on the right.
     """
-    family = sample.data_source.removeprefix("spatialsim_")
+    family = sample.data_source.removeprefix(SPATIALSIM_PREFIX)
     image = Image.fromarray(sample.images[0])
     canvas = image.convert("RGBA")
     zoom = _zoomed(image, family, sample.ground_truth, _draw_truth(canvas, family, sample.ground_truth))

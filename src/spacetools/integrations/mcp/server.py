@@ -41,10 +41,10 @@ from starlette.applications import Starlette
 from spacetools.agent.protocol import image_note
 from spacetools.kit import imagecodec
 from spacetools.kit.definition import ToolResult, ToolSpec
+from spacetools.kit.errors import TooManySessionsError
 from spacetools.kit.function_names import FunctionNames
 from spacetools.toolshed.http import BearerTokenMiddleware
 from spacetools.toolshed.limits import ServerLimits
-from spacetools.toolshed.session import TooManySessionsError
 from spacetools.toolshed.shed import Session, Toolshed
 
 __all__ = ["MAX_LOGGED_CHARS", "SESSION_ID", "create_mcp_server", "shorten_log_lines", "streamable_http_app"]

@@ -6,7 +6,9 @@ world. One robot serves one caller's motions at a time (a lock), as a physical a
 It is as strict as the HTTP Toolshed, with whose pieces it is built: poses and points are checked
 before the arm moves (422 that says why), answers are the Toolshed's safe JSON (a refused body is
 never echoed back), request bodies are capped (413), and a bearer token guards every endpoint but
-`/health` (required to listen beyond loopback, see `check_exposure`).
+`/health` (required to listen beyond loopback, see `check_exposure`). Served with the Toolshed's
+connection settings (`robot_server_limits`): slow clients are cut off and one client may hold at most
+half the connections.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from fastapi.exceptions import RequestValidationError
 from PIL import Image
 
 from spacetools.tools.robot.backend import MotionOutcome, RobotBackend, RobotMotionError, pose_problem
-from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES, TOKEN_ENV
-from spacetools.toolshed.http import BearerTokenMiddleware, SafeJSONResponse, invalid_body
-from spacetools.toolshed.limits import is_loopback
+from spacetools.tools.robot.http_client import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, TOKEN_ENV
+from spacetools.toolshed.http import BearerTokenMiddleware
+from spacetools.toolshed.http_responses import SafeJSONResponse, invalid_body
+from spacetools.toolshed.limits import ServerLimits, is_loopback
 
-__all__ = ["MIN_TOKEN_LENGTH", "check_exposure", "create_robot_app"]
+__all__ = ["MIN_TOKEN_LENGTH", "check_exposure", "create_robot_app", "robot_server_limits"]
 
 MIN_TOKEN_LENGTH = 16
 
@@ -41,6 +44,13 @@ def check_exposure(host: str, token: str | None) -> None:
             f"listening on {host} lets anyone on the network move the robot: set a bearer token "
             f"(--token or the {TOKEN_ENV} environment variable), or listen on 127.0.0.1"
         )
+
+
+def robot_server_limits(max_connections: int = DEFAULT_MAX_CONNECTIONS) -> ServerLimits:
+    """The connection limits `spacetools robot serve` runs uvicorn with (through
+    `spacetools.toolshed.slow_clients.server_options`): the Toolshed's read deadlines, and one client
+    may hold at most half of `max_connections`, so a few dozen slow sockets cannot lock the arm out."""
+    return ServerLimits(max_connections=max_connections)
 
 
 def create_robot_app(

@@ -24,7 +24,7 @@ from spacetools.tools.pointcloud import SupportPlane, camera_up_fallback
 
 
 class GraspServerSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     url: str = Field(description="The grasp server's endpoint, e.g. http://127.0.0.1:9000/grasps.")
     timeout_s: float = Field(60.0, gt=0)

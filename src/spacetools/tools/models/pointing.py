@@ -38,7 +38,7 @@ class TransformersPointingSettings(ModelSettings, PointingSettings):
 
 
 class EndpointPointingSettings(PointingSettings):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     base_url: str = Field(description="The endpoint's OpenAI-compatible base URL, e.g. http://host:8000/v1.")
     model: str = Field(description="The served model's name.")

@@ -28,7 +28,7 @@ _T = TypeVar("_T")
 class ModelSettings(BaseModel):
     """The settings of a model backend, validated when a tool-set config is read and again in `setup()`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model_path: Path = Field(description="Folder of the saved model and its processor (no downloads).")
     device: str = Field("cpu", description="cpu, cuda, cuda:N or mps.")
@@ -86,7 +86,7 @@ class ImagePrep(BaseModel):
     the transformers processors of these two models need torchvision, which this project does not use.
     """
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     size: dict[str, int]
     image_mean: tuple[float, float, float]

@@ -17,6 +17,7 @@ import numpy as np
 
 from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
 from spacetools.sim.realism import get_profile, perturb_depth
+from spacetools.tools.depth import depth_map_text, point_cloud_text
 from spacetools.tools.overlays import colorize_depth
 from spacetools.tools.projection import as_normalized_points, as_points_3d, depth_to_point_cloud
 from spacetools.tools.robot.backend import (
@@ -107,14 +108,8 @@ class RobotTool(Tool):
         frame = self._depth(ctx)
         depth = frame.depth
         height, width = depth.shape
-        text = (
-            f"Captured depth map for {width}x{height} image. Focal length: {frame.focal_length_px:.1f}px. "
-            f"Depth range: {depth.min():.2f}m to {depth.max():.2f}m (mean: {depth.mean():.2f}m). "
-            f"Use $depth_map (numpy array, {height}x{width}) to reference the depth data and "
-            f"$focal_length_px (float) to reference the focal length."
-        )
         return ToolResult(
-            text=text,
+            text=depth_map_text(depth, frame.focal_length_px, "Captured"),
             images=[colorize_depth(depth)],
             variables={"depth_map": depth, "focal_length_px": frame.focal_length_px},
             value={"focal_length_px": frame.focal_length_px, "shape": [height, width]},
@@ -129,17 +124,9 @@ class RobotTool(Tool):
         camera frame) and $focal_length_px (float).
         """
         frame = self._depth(ctx)
-        height, width = frame.depth.shape
         cloud = depth_to_point_cloud(frame.depth, frame.focal_length_px)
-        z = cloud[:, 2]
-        text = (
-            f"Generated {width}x{height} depth map and {len(cloud):,} 3D points. "
-            f"Depth range in point cloud: {z.min():.2f}m to {z.max():.2f}m (mean: {z.mean():.2f}m). "
-            f"Use $depth_map (numpy array, {height}x{width}), $point_cloud (numpy array, {len(cloud)}x3) "
-            f"and $focal_length_px (float) to reference the results."
-        )
         return ToolResult(
-            text=text,
+            text=point_cloud_text(frame.depth, cloud),
             images=[colorize_depth(frame.depth)],
             variables={
                 "depth_map": frame.depth,

@@ -26,11 +26,11 @@ import threading
 from collections import deque
 from typing import Any
 
+from spacetools.kit.batched_methods import invoke_call
 from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,
-    invoke_tool_method,
     invoke_tool_method_async,
     release_tool_session,
     releases_sessions,
@@ -176,7 +176,7 @@ class InProcessInstance:
                 continue
             method, kwargs, ctx, future = request
             self._busy = True
-            result = invoke_tool_method(tool, method, kwargs, ctx)
+            result = invoke_call(tool, method, kwargs, ctx)
             self._busy = False
             if self._killed:
                 return

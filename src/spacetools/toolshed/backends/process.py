@@ -35,12 +35,12 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
+from spacetools.kit.batched_methods import invoke_call
 from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,
     error_result,
-    invoke_tool_method,
     release_tool_session,
     releases_sessions,
     sanitize_error_text,
@@ -398,7 +398,7 @@ def _worker_main(
             contexts.forget(kwargs)
             release_tool_session(tool, kwargs)
             continue
-        result = invoke_tool_method(tool, method, kwargs, contexts.unpack(wire))
+        result = invoke_call(tool, method, kwargs, contexts.unpack(wire))
         try:
             payload = pickle.dumps(result, _PROTOCOL)
         except Exception as exc:

@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from spacetools.kit.batching import BatchResult
+from spacetools.kit.batched_methods import BatchResult, invoke_call
 from spacetools.kit.definition import (
     Tool,
     ToolContext,
     ToolResult,
-    invoke_tool_method,
     release_tool_session,
     releases_sessions,
     sanitize_error_text,
@@ -200,7 +199,7 @@ class _ToolActor:
         else:  # arguments with cluster values
             number, method, kwargs, wire = call
             kwargs = fetch_cluster_values(kwargs)
-        result = invoke_tool_method(self._tool, method, kwargs, self._contexts.unpack(wire))
+        result = invoke_call(self._tool, method, kwargs, self._contexts.unpack(wire))
         bulk = _split_bulk(result)
         if bulk:
             self._bulk = (number, bulk)

@@ -31,7 +31,8 @@ from spacetools.agent.policies.scripted.replay import (
     format_tool_turn,
     tool_batches,
 )
-from spacetools.agent.types import EpisodeState, Task
+from spacetools.agent.types import EpisodeState, Policy, Task
+from spacetools.rewards.benchmarks import SPATIALSIM_PREFIX
 
 Plan = Callable[[Task, ToolReplay], Answer]
 
@@ -54,7 +55,7 @@ PLANS: dict[str, Plan] = {
 
 def choose_plan(task: Task) -> Plan:
     """The plan for a task, from its data source and, for RoboSpatial, the question type."""
-    family = task.data_source.removeprefix("spatialsim_")
+    family = task.data_source.removeprefix(SPATIALSIM_PREFIX)
     if family == "robospatial":
         qa_type = str(task.extra_info.get("qa_type") or task.extra_info.get("category") or "")
         if qa_type in ("configuration", "compatibility", "vacant"):
@@ -73,7 +74,7 @@ def choose_plan(task: Task) -> Plan:
         ) from None
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(Policy):
     """The deterministic expert: one tool chain per task family, answers from tool results only.
 
     It is the baseline and the stand-in for the universal teacher. It sees the question, the images,

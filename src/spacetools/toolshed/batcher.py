@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from spacetools.kit.batching import BatchResult, has_batched_method
+from spacetools.kit.batched_methods import BatchResult, has_batched_method
 from spacetools.kit.definition import BATCH_CALL, ToolContext, ToolResult, tool_methods
 from spacetools.toolshed.deployment import ToolDeployment
 from spacetools.toolshed.router import ToolRouter

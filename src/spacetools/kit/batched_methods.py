@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spacetools.kit.definition import (
+    BATCH_CALL,
     Tool,
     ToolContext,
     ToolResult,
@@ -27,7 +28,7 @@ from spacetools.kit.definition import (
     tool_methods,
 )
 
-__all__ = ["BatchResult", "batch_attribute", "has_batched_method", "invoke_batch"]
+__all__ = ["BatchResult", "batch_attribute", "has_batched_method", "invoke_batch", "invoke_call"]
 
 
 @dataclass
@@ -46,6 +47,14 @@ def has_batched_method(tool_cls: type[Tool], method: str) -> bool:
     """Whether the tool method with public name `method` has a callable batched counterpart."""
     spec = tool_methods(tool_cls)[method]
     return callable(getattr(tool_cls, batch_attribute(spec.attribute), None))
+
+
+def invoke_call(tool: Tool, method: str, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """Run one call as a backend receives it: a gathered batch (`BATCH_CALL`) or one tool method's call
+    (`invoke_tool_method`); every exception becomes an error result."""
+    if method == BATCH_CALL:
+        return invoke_batch(tool, **kwargs)
+    return invoke_tool_method(tool, method, kwargs, ctx)
 
 
 def invoke_batch(
