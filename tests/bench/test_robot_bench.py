@@ -8,14 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from spacetools.agent.policies.robot_expert import RobotExpertPolicy
 from spacetools.bench.robot.checks import check
 from spacetools.bench.robot.evaluate import EPISODES_FILE, SUMMARY_FILE, evaluate_robot, summarize
+from spacetools.bench.robot.report import TARGET_COLOR
 from spacetools.bench.robot.tasks import RobotTask, initial_observation, make_task
 from spacetools.sim.freespace import placement
+from spacetools.sim.realism import get_profile, perturb_depth, perturb_sensor_depth
 from spacetools.sim.robot import RobotWorld
 from spacetools.sim.scene import SceneSpec
+from spacetools.toolshed.connection import DEFAULT_PROFILE
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +132,9 @@ def _kind(task: RobotTask) -> str:
 @pytest.mark.slow
 def test_the_expert_picks_with_tools_only_and_the_run_writes_a_report(tmp_path: Path) -> None:
     task = make_task("pick", 0, 1)
-    results = asyncio.run(evaluate_robot(RobotExpertPolicy(), [task], out_dir=tmp_path))
+    results = asyncio.run(
+        evaluate_robot(RobotExpertPolicy(), [task], profile="exact", seed=4, out_dir=tmp_path)
+    )
     (result,) = results
     names = [call.name for call in result.trajectory.tool_calls]
     assert names == [
@@ -148,5 +154,32 @@ def test_the_expert_picks_with_tools_only_and_the_run_writes_a_report(tmp_path: 
     assert json.loads((tmp_path / SUMMARY_FILE).read_text())[0]["success_rate"] == 1.0
     page = (tmp_path / "report.html").read_text()
     assert task.question in page and "robot.execute_grasp" in page
-    assert (tmp_path / "episodes" / task.id / "motion.gif").is_file()
-    assert (tmp_path / "episodes" / task.id / "strip.png").is_file()
+    # The page names the run at the top, marks the target and shows the calls' pictures.
+    head = page[: page.index("<table")]
+    assert "robot_scripted" in head and "profile <b>exact</b>" in head and "seed <b>4</b>" in head
+    folder = tmp_path / "episodes" / task.id
+    assert (folder / "motion.gif").is_file() and (folder / "strip.png").is_file()
+    pictures = sorted(path.name for path in folder.glob("call-*.png"))
+    assert len(pictures) >= 4  # segmentation, depth, grasp drawn by the report, view after the grasp
+    assert all(f"{task.id}/{name}" in page for name in pictures)
+    marked = np.asarray(Image.open(folder / "task.png"))
+    x0, y0, x1, _ = task.target_box or (0, 0, 0, 0)
+    row_at = round(y0 * marked.shape[0]) - 2
+    box_edge = marked[row_at, int(x0 * marked.shape[1]) : int(x1 * marked.shape[1])]
+    assert (np.abs(box_edge.astype(int) - TARGET_COLOR).sum(axis=1) < 30).mean() > 0.8
+
+
+def test_the_robot_camera_measures_depth_without_a_global_scale() -> None:
+    """At the default profile the robot's RGB-D camera is a depth sensor (mm noise growing with
+    distance, no scale error); the monocular estimator keeps its scale error."""
+    profile = get_profile(DEFAULT_PROFILE)
+    depth = np.full((240, 320), 1.3, dtype=np.float32)
+    near = np.full((240, 320), 0.6, dtype=np.float32)
+    sensed = [perturb_sensor_depth(depth, profile, np.random.default_rng(seed)) for seed in range(20)]
+    # No global scale: every frame's median is within a millimetre of the truth (3% would be 39 mm).
+    assert max(abs(float(np.median(frame)) - 1.3) for frame in sensed) <= 0.001
+    noise = float(np.std(sensed[0] - depth))
+    assert 0.001 < noise < 0.006  # millimetre-level at 1.3 m
+    assert float(np.std(perturb_sensor_depth(near, profile, np.random.default_rng(0)) - near)) < noise
+    estimated = [perturb_depth(depth, profile, np.random.default_rng(seed)) for seed in range(20)]
+    assert max(abs(float(np.median(frame)) - 1.3) for frame in estimated) > 0.02

@@ -63,7 +63,11 @@ CASES: list[tuple[str, Case, str]] = [
     ("missing-data", lambda p: [*eval_args(p)[:3], "--data", str(p / "nope"), "--out", "x"], "no such file"),
     ("unknown-bench", lambda p: eval_args(p, "--bench", "spatialsim_nope"), "no parquet for keys"),
     ("bad-option", lambda p: eval_args(p, "--option", "oops"), "expected key=value"),
-    ("unknown-option", lambda p: eval_args(p, "--option", "colour=1"), "unexpected keyword argument"),
+    (
+        "unknown-option",
+        lambda p: eval_args(p, "--option", "colour=1"),
+        "has no option 'colour'; its options: max_turns",
+    ),
     (
         "unknown-policy",
         lambda p: [*eval_args(p)[:1], "--policy", "oracle", *eval_args(p)[3:]],

@@ -145,7 +145,8 @@ async def _exercise(session: ClientSession, scene: dict[str, Any], image: str) -
         "open_session", {"images": [image], "attachments": [{"scene": scene["spec"]}]}
     )
     assert not opened.is_error, _text(opened)
-    session_id = _text(opened).split("session_id: ")[1].split()[0]
+    assert opened.structured_content is not None and opened.structured_content["image_count"] == 1
+    session_id = opened.structured_content["session_id"]
 
     depth = await session.call_tool(
         "depth_estimator-estimate_depth", {"session_id": session_id, "image_index": 0}
@@ -158,6 +159,7 @@ async def _exercise(session: ClientSession, scene: dict[str, Any], image: str) -
     assert float(_text(value).split(" is ")[-1].split()[0].rstrip("m")) == pytest.approx(
         scene["depth"], abs=1e-3
     )
+    assert value.structured_content is not None and value.structured_content["text"] == _text(value)
 
     crop = await session.call_tool(
         "vision_ops-point_crop",
@@ -189,7 +191,8 @@ async def _exercise(session: ClientSession, scene: dict[str, Any], image: str) -
         "depth_estimator-estimate_depth", {"session_id": session_id, "image_index": 9}
     )
     assert failed.is_error and _text(failed).startswith("Error:")
-    await session.call_tool("close_session", {"session_id": session_id})
+    ended = await session.call_tool("close_session", {"session_id": session_id})
+    assert ended.structured_content == {"session_id": session_id, "closed": True}
     closed = await session.call_tool(
         "depth_estimator-estimate_depth", {"session_id": session_id, "image_index": 0}
     )
@@ -201,6 +204,19 @@ def test_mcp_over_stdio_with_an_image_file(scene: dict[str, Any]) -> None:
     async def run() -> None:
         async with stdio_session() as session:
             await _exercise(session, scene, scene["path"])
+            # A new scene by seed: the scene build_scene makes, in a session the tools work on.
+            made = await session.call_tool("new_scene", {"seed": 7})
+            assert not made.is_error, _text(made)
+            data = made.structured_content
+            assert data is not None and data["image_index"] == 0 and len(data["objects"]) >= 3
+            (picture,) = [part for part in made.content if part.type == "image"]
+            np.testing.assert_array_equal(imagecodec.decode(base64.b64decode(picture.data)), scene["rgb"])
+            value = await session.call_tool(
+                "depth_estimator-estimate_depth", {"session_id": data["session_id"], "image_index": 0}
+            )
+            assert not value.is_error, _text(value)
+            bad = await session.call_tool("new_scene", {"seed": "seven"})
+            assert bad.is_error and "integer seed" in _text(bad)
 
     anyio.run(run)
 
@@ -248,7 +264,7 @@ def test_mcp_over_http_has_the_image_and_session_limits(
                 "open_session", {"images": [imagecodec.to_data_url(scene["rgb"])]}
             )
             assert second.is_error and "maximum of 1 open sessions" in _text(second)
-            session_id = _text(first).split("session_id: ")[1].split()[0]
+            session_id = (first.structured_content or {})["session_id"]
             await session.call_tool("close_session", {"session_id": session_id})
 
             # Hostile names: the answers say what was wrong; the log keeps a short line of each.

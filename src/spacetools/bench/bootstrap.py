@@ -3,7 +3,8 @@
 One home for every interval the project prints: a run's scores over its samples
 (:mod:`spacetools.bench.summary`), the paired difference of two runs (:mod:`spacetools.bench.compare`)
 and the reward gain of RL (:mod:`spacetools.train.gains`). Each draws from a generator seeded by the
-caller, so the same figures give the same interval on every run.
+caller, so the same figures give the same interval on every run. A proportion (a benchmark scored 0 or
+1 per sample) gets its Wilson interval instead (:func:`wilson_interval`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,17 @@ def statistic_intervals(
         for name, value in statistic(indices).items():
             draws.setdefault(name, []).append(float(value))
     return {name: percentile_interval(np.asarray(values), confidence) for name, values in draws.items()}
+
+
+def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> Interval:
+    """The Wilson score interval of a proportion (``successes`` of ``n``): unlike a bootstrap over 0/1
+    units, it is not a point when every unit agrees (20 of 20 gives [0.84, 1], not [1, 1])."""
+    from scipy.stats import binomtest
+
+    if n < 1:
+        return (0.0, 1.0)
+    interval = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(interval.low), float(interval.high)
 
 
 def crosses_zero(interval: Interval) -> bool:

@@ -30,6 +30,8 @@ from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.bench.summary import Summary, summarize, summary_table
 from spacetools.kit import imagecodec
+from spacetools.kit.versions import versions
+from spacetools.rewards.benchmarks import passed
 from spacetools.toolshed import ToolProvider, ToolsConfig, connect
 
 __all__ = [
@@ -91,10 +93,12 @@ class EvalConfig(BaseModel):
     report: bool = True
     max_policy_errors: Annotated[int, Field(ge=0)] = MAX_POLICY_ERRORS
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
+    versions: dict[str, str | None] | None = None
+    """What a run was made with (``kit.versions``), as its ``run.json`` records it; never compared."""
 
     def run_record(self) -> dict[str, Any]:
-        """What ``run.json`` holds."""
-        return self.model_dump(mode="json")
+        """What ``run.json`` holds (the versions are added as the run starts)."""
+        return self.model_dump(mode="json", exclude={"versions"})
 
     @property
     def folder(self) -> RunFolder:
@@ -115,7 +119,7 @@ def _measured_fields(record: dict[str, Any], prefix: str = "") -> dict[str, Any]
     flat: dict[str, Any] = {}
     for key, value in record.items():
         name = f"{prefix}{key}"
-        if name in RESUMABLE_FIELDS:
+        if name in RESUMABLE_FIELDS or name == "versions":  # a resume may run on an upgraded install
             continue
         if isinstance(value, dict) and name in ("tools", "rollout"):
             flat.update(_measured_fields(value, f"{name}."))
@@ -155,7 +159,8 @@ def _prepare_folder(config: EvalConfig) -> str | None:
     else:
         folder.forget_samples()
         shutil.rmtree(folder.path / CARDS_FOLDER, ignore_errors=True)
-    folder.record_run(config.run_record())
+    # What the run was made with; not compared on a resume.
+    folder.record_run({**config.run_record(), "versions": versions()})
     return repaired
 
 
@@ -180,6 +185,8 @@ def sample_row(sample: Sample, trajectory: Trajectory, question: str) -> dict[st
         "index": sample.extra_info.get("index"),
         "question": question,
         "score": score,
+        # Pass or fail by the headline figure (a RefSpatial answer with acc 0 fails whatever its NNDC).
+        "passed": passed(trajectory.data_source, score),
         "trajectory": trajectory.to_dict(),
         "tool_images": tool_images,
     }

@@ -23,6 +23,7 @@ from rich.table import Table
 from spacetools.bench import bootstrap
 from spacetools.bench.runfolder import unique_rows
 from spacetools.rewards import BENCHMARKS, aggregate
+from spacetools.rewards.benchmarks import headline_value, passed
 
 
 @dataclass
@@ -43,6 +44,7 @@ class BenchmarkSummary:
     wall_s_total: float
     wall_s_mean: float
     invalid_turns: int = 0  # turns that did not parse as tool calls or an answer
+    passed: int = 0  # samples whose headline figure reaches the pass mark (the report's "pass")
     #: ``[low, high]`` of each metric (``n`` has none); empty in a summary written before intervals.
     intervals: dict[str, list[float]] = field(default_factory=dict)
 
@@ -110,7 +112,26 @@ def metric_intervals(
     intervals = bootstrap.statistic_intervals(
         len(scores), lambda indices: aggregate(key, [scores[i] for i in indices]), resamples=resamples
     )
+    intervals.update(_proportion_intervals(key, scores))
     return {name: [low, high] for name, (low, high) in intervals.items() if name != "n"}
+
+
+def _proportion_intervals(key: str, scores: Sequence[dict[str, Any]]) -> dict[str, bootstrap.Interval]:
+    """Wilson intervals (×100) for the figures that are the share of samples right, where the
+    benchmark's per-sample headline figure is 0 or 1 (accuracy: not the IoU or MACE means)."""
+    if key not in BENCHMARKS or not scores:
+        return {}
+    values = [headline_value(key, score)[1] for score in scores]
+    if any(value not in (0.0, 1.0) for value in values):
+        return {}
+    right = int(sum(values))
+    share = 100.0 * right / len(values)
+    low, high = bootstrap.wilson_interval(right, len(values))
+    return {
+        name: (100.0 * low, 100.0 * high)
+        for name, value in aggregate(key, scores).items()
+        if name not in ("n", "parse_rate") and abs(value - share) < 1e-9
+    }
 
 
 def summarize_benchmark(
@@ -145,6 +166,7 @@ def summarize_benchmark(
         wall_s_total=float(sum(walls)),
         wall_s_mean=_mean(walls),
         invalid_turns=sum(int(t.get("stats", {}).get("invalid_turns", 0)) for t in trajectories),
+        passed=sum(passed(str(row.get("data_source", key)), row["score"]) for row in rows),
         intervals=metric_intervals(key, scores, resamples=resamples),
     )
 
@@ -219,7 +241,9 @@ def summary_table(summary: Summary) -> Table:
     """The end-of-run table, one row per benchmark, readable in an 80-column terminal."""
     table = Table(
         title=f"{summary.policy} on {summary.data} ({summary.profile} tools)",
-        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples; calls: tool "
+        caption="score: the paper's headline figure; 95% CI: its bootstrap interval over samples (Wilson for "
+        "a share of samples right); pass: "
+        "samples whose own headline figure is at least 0.5 (the report's pass); calls: tool "
         "calls per episode; fails: failed tool calls in all; p.err: episodes ended by a policy error (model "
         "unreachable); s/ep: seconds per episode",
         box=box.SIMPLE_HEAD,
@@ -230,6 +254,7 @@ def summary_table(summary: Summary) -> Table:
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("score", justify="right", no_wrap=True, style="bold")
     table.add_column("95% CI", justify="right", no_wrap=True)
+    table.add_column("pass", justify="right", no_wrap=True)
     table.add_column("other figures", ratio=1, min_width=12)
     for column in ("calls", "fails", "p.err", "turns", "s/ep"):
         table.add_column(column, justify="right", no_wrap=True)
@@ -239,6 +264,7 @@ def summary_table(summary: Summary) -> Table:
             str(bench.n),
             f"{bench.metrics.get('headline', float('nan')):.1f}",
             format_interval(bench.interval(), digits=0),
+            f"{bench.passed}/{bench.n}",
             other_figures(bench.metrics),
             f"{bench.tool_calls_mean:.1f}",
             str(bench.tool_failures),

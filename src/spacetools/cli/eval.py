@@ -60,6 +60,8 @@ def _build_policy(name: str, options: dict[str, Any]) -> Policy:
         check_device(str(options["device"]), "--option")
     try:
         return make_policy(name, **options)
+    except ModuleNotFoundError:  # an extra not installed: the one line of cli.extras
+        raise
     except (ValueError, TypeError, OSError, ImportError) as error:  # a missing file or folder, no torch
         hint = "--policy" if name not in POLICIES else "--option"
         raise typer.BadParameter(str(error), param_hint=hint) from None

@@ -110,6 +110,8 @@ def serve(
 
         try:
             connect(address)
+        except ModuleNotFoundError:  # Ray not installed: the one line of cli.extras
+            raise
         except Exception as error:  # Ray raises ConnectionError, ValueError, … for an unreachable cluster
             raise typer.BadParameter(
                 f"cannot join the Ray cluster: {error}", param_hint="--address"

@@ -62,7 +62,7 @@ def list_tools(
             arguments = ", ".join(spec.parameters["properties"])
             summary = spec.description.splitlines()[0]
             console.print(f"  [cyan]{spec.name}[/cyan]({arguments})", highlight=False)
-            console.print(Padding(summary, (0, 0, 0, 6)), highlight=False)
+            console.print(Padding(summary, (0, 0, 0, 6), expand=False), highlight=False)
 
 
 @app.command("schemas")

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import LOG_FILE, run_log
+from spacetools.cli.extras import require_extra
 from spacetools.cli.options import (
     RUN_FOLDER,
     check_device,
@@ -28,6 +29,7 @@ from spacetools.cli.options import (
     check_out_file,
     check_out_folder,
 )
+from spacetools.kit.suggestions import problem_line
 from spacetools.train.config import DIRLConfig, GRPOConfig, SFTConfig, Thoughts, TracesConfig, load_config
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
@@ -59,9 +61,7 @@ def _config(cls: type[Any], path: Path | None, overrides: list[str] | None, **op
     try:
         return load_config(cls, path, overrides or (), **options)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in error.errors()
-        )
+        problems = "; ".join(problem_line(e, cls) for e in error.errors())  # a misspelt key: its match
         raise typer.BadParameter(problems, param_hint=hint) from None
     except (OSError, ValueError) as error:
         raise typer.BadParameter(str(error), param_hint=hint) from None
@@ -160,6 +160,7 @@ def sft(
     overrides: Overrides = None,
 ) -> None:
     """Supervised fine-tuning on teacher traces (loss on the assistant's tokens only); resumable."""
+    require_extra("train")
     from spacetools.train.sft import train_sft
 
     settings = _config(
@@ -188,6 +189,7 @@ def grpo(
     overrides: Overrides = None,
 ) -> None:
     """Multi-turn GRPO with live tools; resumable."""
+    require_extra("train")
     from spacetools.train.grpo import train_grpo
 
     settings = _config(
@@ -220,6 +222,7 @@ def dirl(
 
     e.g. `spacetools train dirl --config configs/dirl-tiny.yaml --out runs/d sft.epochs=2 grpo.steps=5`
     """
+    require_extra("train")
     from spacetools.train.base_models import BASE_MODELS
     from spacetools.train.dirl import run_dirl
     from spacetools.train.gains import RewardGain

@@ -44,6 +44,8 @@ class Benchmark:
     original benchmark it is or imitates. ``answers`` are the answer kinds its questions ask for:
     RoboSpatial asks yes/no questions and vacant-point questions, told apart by the ground truth.
     ``mask_truth`` marks ground truth given as a region mask (pointing scored inside it).
+    ``headline_key`` is the per-sample figure whose mean is the headline (``acc``, ``iou``, ``mace``):
+    a sample passes or fails by it, not by ``score``, which for SpatialSim pointing is the dense NNDC.
     """
 
     key: str
@@ -53,6 +55,7 @@ class Benchmark:
     scorer: Scorer
     aggregator: metrics.Aggregator
     mask_truth: bool = False
+    headline_key: str = "acc"
 
     @property
     def spatialsim(self) -> bool:
@@ -107,8 +110,8 @@ def _boxes(answer: str, truth: Any, _info: Mapping[str, Any]) -> ScoreDict:
 
 
 def _paper(key: str, suite: str, answers: tuple[AnswerKind, ...], scorer: Scorer,
-           aggregator: metrics.Aggregator, mask_truth: bool = False) -> Benchmark:  # fmt: skip
-    return Benchmark(key, key, suite, answers, scorer, aggregator, mask_truth)
+           aggregator: metrics.Aggregator, mask_truth: bool = False, headline_key: str = "acc") -> Benchmark:  # fmt: skip
+    return Benchmark(key, key, suite, answers, scorer, aggregator, mask_truth, headline_key)
 
 
 # The paper's keys give the official scorer's number as ``score``.
@@ -121,8 +124,8 @@ _PAPER = [
     _paper("blinkdepth", "BLINK", ("choice",), _choice, metrics.accuracy_metrics),
     _paper("cvb2drelation", "CV-Bench", ("choice",), _choice, metrics.accuracy_metrics),
     _paper("cvb3ddepth", "CV-Bench", ("choice",), _choice, metrics.accuracy_metrics),
-    _paper("boppose", "BOP-ASK", ("corners",), _pose, metrics.pose_metrics),
-    _paper("bopgrasp", "BOP-ASK", ("grasp",), _grasp, metrics.grasp_metrics),
+    _paper("boppose", "BOP-ASK", ("corners",), _pose, metrics.pose_metrics, headline_key="iou"),
+    _paper("bopgrasp", "BOP-ASK", ("grasp",), _grasp, metrics.grasp_metrics, headline_key="mace"),
 ]
 # SpatialSim families are training data: pointing is scored by the dense NNDC reward (``acc`` keeps
 # the fraction inside), there is no unseen split, and there is a 2D detection family.
@@ -136,7 +139,15 @@ _SPATIALSIM = [
         for entry in _PAPER
         if entry.key != "refunseen"
     ),
-    Benchmark("spatialsim_detect2d", "detect2d", "detection", ("boxes",), _boxes, metrics.box_metrics),
+    Benchmark(
+        "spatialsim_detect2d",
+        "detect2d",
+        "detection",
+        ("boxes",),
+        _boxes,
+        metrics.box_metrics,
+        headline_key="iou",
+    ),
 ]
 
 BENCHMARKS: dict[str, Benchmark] = {entry.key: entry for entry in (*_PAPER, *_SPATIALSIM)}
@@ -156,3 +167,29 @@ def benchmark(data_source: str) -> Benchmark:
     if found is None:
         raise ValueError(f"unknown data_source {data_source!r}; known: {', '.join(sorted(BENCHMARKS))}")
     return found
+
+
+#: A sample passes when its headline figure is at least this (a correct answer where it is 0 or 1).
+PASS_MARK = 0.5
+
+
+def headline_value(data_source: str, score: Mapping[str, Any]) -> tuple[str, float]:
+    """The sample's own headline figure and its name (``acc`` 0 or 1, ``iou``, ``mace``): what the
+    benchmark's headline averages. ``score`` stands in where the data source or the key is unknown (a
+    scorer failure's row holds ``score`` 0 only)."""
+    benchmark = BENCHMARKS.get(data_source)
+    key = benchmark.headline_key if benchmark is not None else "score"
+    try:
+        value = float(score[key])
+    except (KeyError, TypeError, ValueError):
+        key = "score"
+        try:
+            value = float(score.get("score", 0.0))
+        except (TypeError, ValueError):
+            value = 0.0
+    return key, value if np.isfinite(value) else 0.0
+
+
+def passed(data_source: str, score: Mapping[str, Any]) -> bool:
+    """Whether a sample passes by its headline figure (:data:`PASS_MARK`)."""
+    return headline_value(data_source, score)[1] >= PASS_MARK

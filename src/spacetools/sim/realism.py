@@ -4,6 +4,10 @@
 real pointing, segmentation and monocular depth models: depth noise growing with distance plus a
 global scale error and a wrong focal length, mask boundaries eroded or dilated or bleeding into a
 neighbour, pointing jitter and misses on ambiguous or unknown names, and occasional failed calls.
+A robot's RGB-D camera is a different instrument from a monocular estimator: it measures depth
+(structured light or stereo), so it has millimetre-level noise growing with distance and no global
+scale error; `perturb_sensor_depth` models it (Nguyen et al. 2012's axial noise for a Kinect-class
+sensor, sigma = a + b (z - 0.4 m)^2) and `perturb_depth` the estimator.
 Every perturbation draws from the call's `ctx.rng`, so a seeded session is reproducible.
 """
 
@@ -40,6 +44,10 @@ class Profile:
     """Chance of pointing at some object anyway when an expression matches nothing."""
     failure_probability: float = 0.0
     """Chance that a perception call fails outright."""
+    sensor_noise_base_m: float = 0.0
+    """RGB-D camera: per-pixel axial noise sigma near the sensor (0.4 m), metres."""
+    sensor_noise_quadratic: float = 0.0
+    """RGB-D camera: growth of the noise sigma with (z - 0.4 m)^2, metres per square metre."""
 
 
 PROFILES: dict[str, Profile] = {
@@ -56,6 +64,8 @@ PROFILES: dict[str, Profile] = {
         ambiguous_miss_probability=0.25,
         unknown_guess_probability=0.5,
         failure_probability=0.02,
+        sensor_noise_base_m=0.0012,  # Nguyen et al. 2012 (Kinect): 0.0012 + 0.0019 (z - 0.4)^2
+        sensor_noise_quadratic=0.0019,
     ),
     "harsh": Profile(
         name="harsh",
@@ -69,6 +79,8 @@ PROFILES: dict[str, Profile] = {
         ambiguous_miss_probability=0.5,
         unknown_guess_probability=0.8,
         failure_probability=0.08,
+        sensor_noise_base_m=0.003,
+        sensor_noise_quadratic=0.006,
     ),
 }
 PROFILE_NAMES: tuple[str, ...] = tuple(PROFILES)
@@ -105,6 +117,20 @@ def perturb_depth(depth: np.ndarray, profile: Profile, rng: np.random.Generator)
     noisy = depth * scale * (1.0 + warp) + noise
     perturbed: np.ndarray = np.maximum(noisy, 1e-3).astype(np.float32)
     return perturbed
+
+
+def perturb_sensor_depth(depth: np.ndarray, profile: Profile, rng: np.random.Generator) -> np.ndarray:
+    """What an RGB-D camera measures: per-pixel axial noise growing with distance, never a global scale.
+
+    The noise is quantised to the millimetre, as a sensor's 16-bit depth image in millimetres is.
+    """
+    if profile.sensor_noise_base_m == 0 and profile.sensor_noise_quadratic == 0:
+        unchanged: np.ndarray = depth.copy()
+        return unchanged
+    sigma = profile.sensor_noise_base_m + profile.sensor_noise_quadratic * (depth - 0.4) ** 2
+    noisy = depth + rng.normal(0.0, 1.0, size=depth.shape) * sigma
+    measured: np.ndarray = np.maximum(np.round(noisy * 1000.0) / 1000.0, 1e-3).astype(np.float32)
+    return measured
 
 
 def perturb_focal_length(focal_length_px: float, profile: Profile, rng: np.random.Generator) -> float:

@@ -2,8 +2,9 @@
 
 Its chain: point at the target (and at the place goal) with `roborefer`, segment the target with
 `sam2` while reading the robot's depth and point cloud, compute a grasp with `grasp_generator`,
-execute it with `robot.execute_grasp`, then place with `robot.place_object_at_2d_location` on the
-pointed spot. For a place beside a pair of like objects ("to the left of the two mugs") it also
+execute it with `robot.execute_grasp` (sampling up to two more grasps when none was found or the
+arm refuses one as out of reach or colliding, as a real pick pipeline falls back to its next
+candidate), then place with `robot.place_object_at_2d_location` on the pointed spot. For a place beside a pair of like objects ("to the left of the two mugs") it also
 points at every one of the pair and checks that the spot lies beyond both in the image before it
 moves. It reads only the question and the tools' structured results (never the scene's truth). Like the other
 scripted policy it is stateless: each turn it re-runs its plan over the tool results in the
@@ -24,6 +25,9 @@ from spacetools.agent.types import EpisodeState, Policy
 
 # How a simulated tool's transient failure reads (`sim.realism`); such a call is worth one more try.
 _TRANSIENT = "retry the call"
+# How the robot tool reports a motion it refused before moving; the grasp sampler can offer another.
+_NOT_EXECUTED = "not executed"
+_GRASP_RETRIES = 2
 _NEAR_RE = re.compile(r"pick up the (?P<name>.+?) (?P<which>closer to|farther from) the camera", re.I)
 _ONE_OF_TWO_RE = re.compile(r"pick up the (?P<which>left|right) one of the two (?P<names>.+?)[.?!]*$", re.I)
 _PLACE_RE = re.compile(
@@ -186,12 +190,23 @@ def _plan(goal: RobotGoal, replay: _Replay) -> str:
         return _answer("Segmentation or depth failed.", f"I could not perceive the {goal.item}.")
     arguments = {"point_cloud": "$point_cloud", "mask": "$segmentation_mask",
                  "focal_length_px": "$focal_length_px", "image_index": 0}  # fmt: skip
-    (grasp,) = replay.call(
-        "I compute a grasp on the segmented object.", ("grasp_generator.compute_grasp", arguments)
-    )
-    if _is_error(grasp):
-        return _answer("No grasp was found.", f"I could not find a grasp for the {goal.item}.")
-    (picked,) = replay.call("I execute the grasp.", ("robot.execute_grasp", {"grasp_pose": "$grasp_pose"}))
+    for attempt in range(1 + _GRASP_RETRIES):
+        thought = (
+            "I compute a grasp on the segmented object."
+            if attempt == 0
+            else ("The arm could not carry out that grasp; I sample another one.")
+        )
+        (grasp,) = replay.call(thought, ("grasp_generator.compute_grasp", arguments))
+        if _is_error(grasp):  # the sampler draws afresh on every call, so another try may find one
+            if attempt < _GRASP_RETRIES:
+                continue
+            return _answer("No grasp was found.", f"I could not find a grasp for the {goal.item}.")
+        (picked,) = replay.call(
+            "I execute the grasp.", ("robot.execute_grasp", {"grasp_pose": "$grasp_pose"})
+        )
+        # Only a motion the arm refused (out of reach, a collision) left the scene as it was.
+        if not (_is_error(picked) and _NOT_EXECUTED in picked.text):
+            break
     if _is_error(picked):
         return _answer("The grasp failed.", f"I could not pick up the {goal.item}.")
     if spot is None:

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-#: A sample's outcome: the policy or the scorer failed (``error``), it scored under the pass mark, or not.
+from spacetools.rewards.benchmarks import passed
+
+#: A sample's outcome: the policy or the scorer failed (``error``), its headline figure is under the
+#: pass mark (``fail``: what the headline counts as wrong), or not.
 OUTCOMES = ("error", "fail", "pass")
-PASS_SCORE = 0.5
 
 
 def outcome(row: Mapping[str, object]) -> str:
-    """``error``, ``fail`` or ``pass`` (a score of at least :data:`PASS_SCORE`)."""
+    """``error``, ``fail`` or ``pass`` by the sample's headline figure (``rewards.benchmarks.passed``)."""
     trajectory = row["trajectory"]
     if isinstance(trajectory, Mapping) and trajectory.get("error"):
         return "error"
     score = row["score"]
-    value = float(score.get("score", 0.0)) if isinstance(score, Mapping) else 0.0
-    return "pass" if value >= PASS_SCORE else "fail"
+    return "pass" if isinstance(score, Mapping) and passed(str(row["data_source"]), score) else "fail"

@@ -45,6 +45,7 @@ from spacetools.bench.report.toolchain import ChainRow, Picture, tool_chain, too
 from spacetools.bench.runfolder import json_line
 from spacetools.bench.summary import short_name
 from spacetools.kit.mainscript import main_script_hidden
+from spacetools.rewards.benchmarks import headline_value
 from spacetools.rewards.extraction import extract_answer
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,9 @@ class SampleCard:
     family: str
     outcome: str
     score: float
+    headline_name: str
+    """The sample's headline figure (``acc``, ``iou``, ``mace``), by which it passes or fails."""
+    headline: float
     question: str
     question_line: str
     answer: str
@@ -138,11 +142,14 @@ def build_card(row: Mapping[str, Any], sample: Sample | None, *, side_files: boo
         truth = (
             "(mask, drawn in green)" if kind == "mask" else truncate_middle(sample.ground_truth, ANSWER_CHARS)
         )
+    headline_name, headline = headline_value(str(row["data_source"]), score)
     card = SampleCard(
         id=str(row["id"]),
         family=short_name(str(row["data_source"])),
         outcome=outcome(row),
         score=float(score.get("score", 0.0)),
+        headline_name=headline_name,
+        headline=headline,
         question=str(row["question"]),
         question_line=one_line(str(row["question"]), SUMMARY_QUESTION_CHARS),
         answer=truncate_middle(answer, ANSWER_CHARS),

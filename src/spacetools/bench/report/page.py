@@ -28,6 +28,8 @@ from spacetools.bench.report.images import SIDE_FOLDER, ReportImages
 from spacetools.bench.report.plots import plots
 from spacetools.bench.summary import Summary, format_metrics, short_name
 
+#: A report is for reading: world-readable, as a file written with the usual umask is.
+REPORT_MODE = 0o644
 STAGING_PREFIX = ".report-files-"
 """The side files are written into a hidden folder of this prefix, then swapped in; a kill leaves one."""
 
@@ -123,6 +125,7 @@ def write_report(
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
+        os.chmod(temporary, REPORT_MODE)  # mkstemp's 0600 would hide the page from anyone else
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

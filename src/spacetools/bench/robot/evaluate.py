@@ -30,6 +30,7 @@ from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
 from spacetools.sim.robotworlds import RobotWorlds
 from spacetools.toolshed import ToolDeployment, Toolshed
+from spacetools.toolshed.connection import DEFAULT_PROFILE
 from spacetools.toolshed.toolsets import ROBOT, V1, with_profile
 
 EPISODES_FILE = "episodes.jsonl"
@@ -197,7 +198,7 @@ async def evaluate_robot(
     policy: Policy,
     tasks: Sequence[RobotTask | Callable[[], RobotTask]],
     *,
-    profile: str = "exact",
+    profile: str = DEFAULT_PROFILE,
     seed: int = 0,
     max_turns: int = DEFAULT_MAX_TURNS,
     concurrency: int = 1,
@@ -273,6 +274,6 @@ async def _evaluate_robot(
 
         summary = [{**asdict(s), "success_rate": s.success_rate} for s in summarize(results)]
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        write_robot_report(results, out)
+        write_robot_report(results, out, settings)
     logger.info("%d episodes, %d of %d points", len(results), *_points(results))
     return results

@@ -65,6 +65,8 @@ class RobotTask:
     scene: str
     target: int
     goal: PlaceGoal | None = None
+    target_box: tuple[float, float, float, float] | None = None
+    """The target's normalized 2D box in `image` (x0, y0, x1, y1), for the report to mark; truth."""
 
     def episode_input(self) -> EpisodeInput:
         """The episode as the rollout runs it: the policy sees the question and the image; the scene goes
@@ -232,6 +234,7 @@ def make_task(
                 scene=scene.spec.model_dump_json(),
                 target=target,
                 goal=goal,
+                target_box=tuple(float(c) for c in obs.truths[target].bbox_2d),  # type: ignore[arg-type]
             )
     raise RuntimeError(
         f"no {category} task found in {MAX_SCENE_ATTEMPTS} scenes (seed {seed}, index {index})"

@@ -27,13 +27,20 @@
     }
     try { history.replaceState(null, '', '#' + state.toString()); } catch (error) { /* a sandboxed page */ }
   }
-  const initial = new URLSearchParams(location.hash.slice(1));
-  for (const [key, element] of Object.entries(controls)) {
-    const wanted = initial.get(key);
-    if (wanted !== null && Array.from(element.options).some((option) => option.value === wanted)) {
-      element.value = wanted;
+  function fromHash() {
+    const wanted = new URLSearchParams(location.hash.slice(1));
+    for (const [key, element] of Object.entries(controls)) {
+      const value = wanted.get(key) ?? (key === 'order' ? 'data' : '');
+      if (Array.from(element.options).some((option) => option.value === value)) element.value = value;
     }
-    element.addEventListener('change', apply);
   }
+  for (const element of Object.values(controls)) element.addEventListener('change', apply);
+  // A summary row's link (#family=…&outcome=…) filters the samples and brings them into view.
+  window.addEventListener('hashchange', () => {
+    fromHash();
+    apply();
+    document.getElementById('samples-heading').scrollIntoView();
+  });
+  fromHash();
   apply();
 })();

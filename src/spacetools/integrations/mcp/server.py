@@ -5,14 +5,17 @@ and closes it. Three tools manage sessions, and every Toolshed tool method is on
 
 - ``open_session(images, attachments=None, seed=None)``: images as PNG/JPEG data URLs (or, over stdio,
   file paths), with each image's attachment (its metadata for the tools, e.g. ``{"scene": <scene spec
-  JSON>}`` for a simulated image); answers the ``session_id``;
+  JSON>}`` for a simulated image); answers the ``session_id`` as data (structured content);
+- ``new_scene(seed, n_objects=None)``: a seeded SpatialSim tabletop, rendered, in a new session whose
+  image 0 it is; answers the ``session_id``, the object names and the image;
 - ``add_image(session_id, image, attachment=None)``: one more image, answering its ``image_index``;
 - ``close_session(session_id)``;
 - each tool method, named as function-calling APIs accept (``sam2.segment_from_point`` becomes
   ``sam2-segment_from_point``, see :class:`~spacetools.kit.function_names.FunctionNames`), takes the
   tool's own arguments plus ``session_id``. Its result is the tool's text, then the images it made as
-  image content; those images join the session under the indices the text names. Tool failures are
-  results with ``isError`` set, as the model would read them in the rollout.
+  image content; those images join the session under the indices the text names. The same result is
+  structured content too (``text``, the tool's structured ``value``, ``image_indices``). Tool failures
+  are results with ``isError`` set, as the model would read them in the rollout.
 
 It keeps the HTTP Toolshed's limits (:class:`~spacetools.toolshed.limits.ServerLimits`): images over
 ``max_image_pixels`` are refused before decoding, the Toolshed's session and memory caps answer a clear
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -35,7 +39,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool as MCPTool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp_types import CallToolResult, ImageContent, TextContent
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict
 from starlette.applications import Starlette
 
 from spacetools.agent.protocol import image_note
@@ -53,6 +57,41 @@ SESSION_ID = "session_id"
 MAX_LOGGED_CHARS = 500
 """Longest log line or echoed client text: a tool name or session id of 100,000 characters is cut."""
 _SESSION_ID_SCHEMA = {"type": "string", "description": "The session from open_session."}
+
+
+class OpenedSession(BaseModel):
+    """What ``open_session`` answers."""
+
+    session_id: str
+    image_count: int
+
+
+class AddedImage(BaseModel):
+    """What ``add_image`` answers."""
+
+    image_index: int
+
+
+class ClosedSession(BaseModel):
+    """What ``close_session`` answers."""
+
+    session_id: str
+    closed: bool
+
+
+_NEW_SCENE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "seed": {"type": "integer", "description": "The scene seed: the same seed gives the same scene."},
+        "n_objects": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10,
+            "description": "Objects (default 3-10).",
+        },
+    },
+    "required": ["seed"],
+}
 
 
 class _Arguments(ArgModelBase):
@@ -98,7 +137,7 @@ class _Front:
         images: list[str],
         attachments: list[dict[str, Any] | None] | None = None,
         seed: int | None = None,
-    ) -> str:
+    ) -> OpenedSession:
         """Open a Toolshed session with the task's images; every tool call names it.
 
         Args:
@@ -112,10 +151,37 @@ class _Front:
             session = self.toolshed.open_session(arrays, attachments, seed)
         except (TooManySessionsError, ValueError) as exc:  # a MemoryLimitError too: each cap names itself
             raise ToolError(str(exc)) from None
-        last = len(arrays) - 1
-        return f"{SESSION_ID}: {session.id}\nimages: {len(arrays)} (image_index 0 to {last})"
+        return OpenedSession(session_id=session.id, image_count=len(arrays))
 
-    async def add_image(self, session_id: str, image: str, attachment: dict[str, Any] | None = None) -> str:
+    async def new_scene(self, arguments: dict[str, Any]) -> CallToolResult:
+        """A seeded SpatialSim scene in a new session: its id, the objects' names and the image."""
+        from spacetools.sim.layout import build_scene
+
+        seed, n_objects = arguments.get("seed"), arguments.get("n_objects")
+        if not isinstance(seed, int) or not (n_objects is None or isinstance(n_objects, int)):
+            raise ToolError("new_scene takes an integer seed (and optionally an integer n_objects)")
+        try:
+            with build_scene(seed, n_objects=n_objects) as scene:
+                rgb, spec = scene.render().rgb, scene.spec
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        try:
+            session = self.toolshed.open_session([rgb], [{"scene": spec.model_dump_json()}], seed)
+        except (TooManySessionsError, ValueError) as exc:
+            raise ToolError(str(exc)) from None
+        data = {SESSION_ID: session.id, "image_index": 0, "objects": [o.name for o in spec.objects]}
+        png = base64.b64encode(await asyncio.to_thread(imagecodec.encode, rgb)).decode("ascii")
+        return CallToolResult(
+            content=[
+                TextContent(type="text", text=json.dumps(data)),
+                ImageContent(type="image", data=png, mime_type="image/png"),
+            ],
+            structured_content=data,
+        )
+
+    async def add_image(
+        self, session_id: str, image: str, attachment: dict[str, Any] | None = None
+    ) -> AddedImage:
         """Add an image to a session; answers its image_index.
 
         Args:
@@ -129,16 +195,16 @@ class _Front:
             index = session.add_image(await self.image(image), attachment)
         except ValueError as exc:  # a MemoryLimitError too
             raise ToolError(str(exc)) from None
-        return f"image_index: {index}"
+        return AddedImage(image_index=index)
 
-    async def close_session(self, session_id: str) -> str:
+    async def close_session(self, session_id: str) -> ClosedSession:
         """Close a session and free its variables.
 
         Args:
             session_id: The session from open_session.
         """
         self.session({SESSION_ID: session_id}).close()
-        return f"closed {session_id}"
+        return ClosedSession(session_id=session_id, closed=True)
 
     def tool(self, spec: ToolSpec, mcp_name: str) -> MCPTool:
         parameters = dict(spec.parameters)
@@ -165,7 +231,21 @@ async def _content(session: Session, result: ToolResult) -> CallToolResult:
         )
         for image in result.images
     ]
-    return CallToolResult(content=[TextContent(type="text", text=text), *pictures], is_error=result.is_error)
+    structured = {"text": result.text, "value": _json_or_none(result.value), "image_indices": indices}
+    return CallToolResult(
+        content=[TextContent(type="text", text=text), *pictures],
+        structured_content=structured,
+        is_error=result.is_error,
+    )
+
+
+def _json_or_none(value: Any) -> Any:
+    """``value`` when JSON can carry it (a tool's structured value is meant to be), else None."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return value
 
 
 def _mcp_tool(
@@ -201,6 +281,10 @@ def create_mcp_server(
     front = _Front(toolshed, read_local_files, limits.max_image_pixels)
     names = FunctionNames(spec.name for spec in toolshed.specs())
     tools = [front.tool(spec, names.to_wire(spec.name)) for spec in toolshed.specs()]
+    # A hand-written schema: the result carries an image beside its data.
+    new_scene = "Build a seeded SpatialSim tabletop scene and open a session with its image (image_index 0); "
+    new_scene += "answers session_id, the objects' names and the image."
+    tools.append(_mcp_tool(front.new_scene, "new_scene", new_scene, _NEW_SCENE_SCHEMA))
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[None]:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from spacetools.kit.definition import Tool, ToolContext, ToolError, ToolResult, tool_method
-from spacetools.sim.realism import get_profile, perturb_depth
+from spacetools.sim.realism import get_profile, perturb_sensor_depth
 from spacetools.tools.depth import depth_map_text, point_cloud_text
 from spacetools.tools.overlays import colorize_depth
 from spacetools.tools.projection import as_normalized_points, as_points_3d, depth_to_point_cloud
@@ -191,9 +191,9 @@ class RobotTool(Tool):
 
     def _depth(self, ctx: ToolContext) -> DepthFrame:
         frame = _robot_call(lambda: self.backend(ctx).get_depth())
-        if self._remote is None:  # the simulated sensor's noise follows the realism profile
+        if self._remote is None:  # a simulated RGB-D camera: a depth sensor's noise, not an estimator's
             profile = get_profile(str(self.config.get("profile", "exact")))
-            return DepthFrame(perturb_depth(frame.depth, profile, ctx.rng), frame.focal_length_px)
+            return DepthFrame(perturb_sensor_depth(frame.depth, profile, ctx.rng), frame.focal_length_px)
         return frame
 
     def _motion(
