@@ -1,14 +1,17 @@
-"""GRPO group generation: a group's episodes sampled together in batched `generate` calls, against one
-episode's turn at a time (what the trainer did before: one `generate` per turn under a lock).
+"""GRPO group generation: batched `generate` calls against one episode's turn at a time, each with and
+without the KV cache kept across an episode's turns (and the system prefix shared between episodes).
 
 SmolLM2-135M-Instruct (CPU) runs one GRPO group, `--group` episodes of one question against an echo tool
-in this process, through the recording `hf` policy GRPO samples with; told to go on when a turn has no
-answer, every episode runs `--turns` turns of up to `--max-new-tokens` tokens. The only difference
-between the two settings is the policy's `batch_size` (1: serial). Settings alternate, `--repeats` runs
-each, in one process, so their ratio holds on a loaded machine. Each episode samples the same tokens in
-both settings (its turns are seeded by episode and turn), which the script checks: equal work.
+in this process, through the `hf` policy GRPO samples with; told to go on when a turn has no answer,
+every episode runs `--turns` turns of up to `--max-new-tokens` tokens. The settings differ only in the
+policy's `batch_size` (1: serial) and `kv_cache`. `--prompt default` uses the project's long default
+system prompt (~3,500 tokens, what `eval --policy hf` sends unless told otherwise), `short` a one-line one.
+Settings alternate, `--repeats` runs each, in one process, so their ratios hold on a loaded machine.
+Each episode's turns are seeded by episode and turn, so every setting samples the same tokens up to float
+rounding (`same_tokens` says whether they all did): equal work.
 
     python benchmarks/grpo_generation.py [--group 8] [--turns 3] [--max-new-tokens 64] [--repeats 2]
+        [--prompt short|default]
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ QUESTION = "Is the red mug left of the blue bowl? Answer yes or no."
 async def group(
     policy: HFPolicy, tools: Toolshed, tasks: list[Task], config: RolloutConfig
 ) -> dict[str, Any]:
-    policy.forget()
     policy.reset_stats()
     started = time.perf_counter()
     trajectories = await run_episodes(policy, tools, tasks, config=config)
@@ -56,11 +58,13 @@ async def group(
         "generate_s": stats["generate_s"],
         "batches": stats["batches"],
         "tokens": stats["new_tokens"],
-        "ids": [policy.recorded(t.task_id).trace.ids for t in trajectories],
+        "ids": [t.tokens.ids if t.tokens else [] for t in trajectories],
+        "prompt_tokens": sum(t.stats.get("prompt_tokens", 0) for t in trajectories),
+        "cached_tokens": sum(t.stats.get("cached_tokens", 0) for t in trajectories),
     }
 
 
-async def main(group_size: int, turns: int, max_new_tokens: int, repeats: int) -> dict[str, Any]:
+async def main(group_size: int, turns: int, max_new_tokens: int, repeats: int, prompt: str) -> dict[str, Any]:
     folder = get_base_model("smollm2-135m")
     processor = load_processor(folder)
     model = load_vlm(folder, dtype="float32")
@@ -70,10 +74,13 @@ async def main(group_size: int, turns: int, max_new_tokens: int, repeats: int) -
         for k in range(group_size)
     ]
     config = RolloutConfig(
-        max_turns=turns, system_prompt=PROMPT, concurrency=group_size, feedback_on_no_answer=True
+        max_turns=turns,
+        system_prompt=PROMPT if prompt == "short" else None,
+        concurrency=group_size,
+        feedback_on_no_answer=True,
     )
 
-    def policy(batch_size: int) -> HFPolicy:
+    def policy(batch_size: int, kv_cache: bool) -> HFPolicy:
         return HFPolicy(
             model,
             processor,
@@ -81,9 +88,15 @@ async def main(group_size: int, turns: int, max_new_tokens: int, repeats: int) -
             max_new_tokens=max_new_tokens,
             batch_size=batch_size,
             record=True,
+            kv_cache=kv_cache,
         )
 
-    policies = {"serial": policy(1), "batched": policy(group_size)}
+    policies = {
+        "serial": policy(1, False),
+        "batched": policy(group_size, False),
+        "serial_cached": policy(1, True),
+        "batched_cached": policy(group_size, True),
+    }
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in policies}
     load_before = os.getloadavg()[0]
     async with Toolshed([ToolDeployment(tool=EchoTool, backend="inprocess")]) as tools:
@@ -91,11 +104,10 @@ async def main(group_size: int, turns: int, max_new_tokens: int, repeats: int) -
         for _ in range(repeats):
             for name, chosen in policies.items():
                 runs[name].append(await group(chosen, tools, tasks, config))
-    serial, batched = (
-        statistics.median(run["wall_s"] for run in runs[name]) for name in ("serial", "batched")
-    )
+    wall = {name: statistics.median(run["wall_s"] for run in runs[name]) for name in runs}
     return {
         "group_size": group_size,
+        "prompt": prompt,
         "turns": turns,
         "max_new_tokens": max_new_tokens,
         "threads": torch.get_num_threads(),
@@ -103,12 +115,14 @@ async def main(group_size: int, turns: int, max_new_tokens: int, repeats: int) -
         "load_after": os.getloadavg()[0],
         "same_tokens": all(run["ids"] == runs["serial"][0]["ids"] for name in runs for run in runs[name]),
         "tokens_per_group": runs["serial"][0]["tokens"],
+        "prompt_tokens_per_group": runs["serial"][0]["prompt_tokens"],
+        "cached_tokens_per_group": runs["batched_cached"][0]["cached_tokens"],
         **{
             f"{name}_{key}": [round(run[key], 2) for run in runs[name]]
             for name in runs
             for key in ("wall_s", "generate_s", "batches")
         },
-        "speedup_median_wall": round(serial / batched, 2),
+        **{f"speedup_{name}_vs_serial": round(wall["serial"] / wall[name], 2) for name in runs},
     }
 
 
@@ -118,5 +132,7 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--prompt", choices=("short", "default"), default="short")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.group, args.turns, args.max_new_tokens, args.repeats)), indent=2))
+    result = asyncio.run(main(args.group, args.turns, args.max_new_tokens, args.repeats, args.prompt))
+    print(json.dumps(result, indent=2))

@@ -38,7 +38,6 @@ import torch
 sys.path[:0] = [str(Path(__file__).parents[1] / "src")]
 
 from spacetools.agent.policies.ct2 import DEFAULT_COMPUTE_TYPE, CT2Engine  # noqa: E402
-from spacetools.agent.policies.generation import Row, Sampled  # noqa: E402
 from spacetools.agent.policies.hf import HFPolicy  # noqa: E402
 from spacetools.agent.rollout import run_episodes  # noqa: E402
 from spacetools.bench.dataset import episode_input, load_samples  # noqa: E402
@@ -47,38 +46,9 @@ from spacetools.kit.loading import load_processor, load_vlm  # noqa: E402
 from spacetools.toolshed import connect  # noqa: E402
 from spacetools.train.base_models import get_base_model  # noqa: E402
 from spacetools.train.config import DIRLConfig, load_config  # noqa: E402
-from spacetools.train.episodes import forward_logprobs, recorded_example  # noqa: E402
+from spacetools.train.episodes import forward_logprobs, sampled_example  # noqa: E402
 
 RECIPE = Path(__file__).parents[1] / "configs" / "dirl-smollm2.yaml"
-
-
-class CT2Policy(HFPolicy):
-    """`HFPolicy` generating through a `CT2Engine` (until the policy takes an engine itself)."""
-
-    def __init__(self, *args: Any, compute_type: str, prefix: bool, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.engine = CT2Engine(
-            self.model,
-            self.tokenizer,
-            temperature=self.temperature,
-            ends=self.ends,
-            blocked=self.blocked,
-            compute_type=compute_type,
-            threads=torch.get_num_threads(),
-            **({} if prefix else {"min_static_prompt": sys.maxsize}),
-        )
-
-    def _generate(self, rows: list[Row]) -> list[Sampled]:
-        started = time.perf_counter()
-        sampled = self.engine.generate(rows)
-        stats = self._stats
-        stats.generate_s += time.perf_counter() - started
-        stats.batches += 1
-        stats.requests += len(rows)
-        stats.max_batch = max(stats.max_batch, len(rows))
-        stats.new_tokens += sum(len(result.ids) for result in sampled)
-        stats.entropy_sum += sum(result.entropy for result in sampled)
-        return sampled
 
 
 def make_policy(engine: str, model: Any, processor: Any, *, temperature: float, batch: int) -> HFPolicy:
@@ -94,17 +64,21 @@ def make_policy(engine: str, model: Any, processor: Any, *, temperature: float, 
     compute_type, _, variant = rest.partition(":")
     if kind != "ct2" or variant not in ("", "noprefix"):
         raise SystemExit(f"unknown engine {engine!r} (hf, ct2, ct2:<compute type>[:noprefix])")
-    return CT2Policy(
+    reference = HFPolicy(model, processor, **settings)
+    engine = CT2Engine(
         model,
-        processor,
+        reference.tokenizer,
+        temperature=temperature,
+        ends=reference.engine.ends,  # type: ignore[attr-defined]
+        blocked=reference.blocked,
         compute_type=compute_type or DEFAULT_COMPUTE_TYPE,
-        prefix=variant != "noprefix",
-        **settings,
+        threads=torch.get_num_threads(),
+        **({} if variant != "noprefix" else {"min_static_prompt": sys.maxsize}),
     )
+    return HFPolicy(model, processor, engine=engine, **settings)
 
 
 async def timed_rollout(policy: HFPolicy, tools: Any, inputs: list[Any], config: Any) -> dict[str, Any]:
-    policy.forget()
     policy.reset_stats()
     started = time.perf_counter()
     trajectories = await run_episodes(policy, tools, inputs, config=config)
@@ -117,19 +91,19 @@ async def timed_rollout(policy: HFPolicy, tools: Any, inputs: list[Any], config:
         "generate_s": stats["generate_s"],
         "tokens": stats["new_tokens"],
         "mean_score": statistics.mean(float((t.score or {}).get("score", 0.0)) for t in trajectories),
-        "ids": [t.task_id for t in trajectories],
+        "trajectories": trajectories,
     }
 
 
-def logprob_drift(policy: HFPolicy, task_ids: list[str], temperature: float) -> dict[str, float]:
-    """Recomputed − sampled log-probabilities of every sampled token of the recorded episodes."""
+def logprob_drift(policy: HFPolicy, trajectories: list[Any], temperature: float) -> dict[str, float]:
+    """Recomputed − sampled log-probabilities of every sampled token of the returned episodes."""
     deltas = []
     with torch.no_grad():
-        for task_id in task_ids:
-            example = recorded_example(policy.recorded(task_id))
+        for trajectory in trajectories:
+            example = sampled_example(trajectory)
             assert example.logprobs is not None
             recomputed = forward_logprobs(
-                policy.model, example, "cpu", policy.blocked, temperature=temperature
+                policy.model, example, "cpu", trajectory.tokens.blocked, temperature=temperature
             )
             mask = example.mask.bool()
             deltas.append((recomputed[0] - example.logprobs)[mask])
@@ -148,7 +122,6 @@ def logprob_drift(policy: HFPolicy, task_ids: list[str], temperature: float) -> 
 
 
 def refresh_seconds(policy: HFPolicy, times: int) -> float:
-    assert isinstance(policy, CT2Policy)
     spent = []
     for _ in range(times):
         started = time.perf_counter()
@@ -189,13 +162,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     async with connect(recipe.tools) as tools:
         for repeat in range(args.repeats):
             for name in engines:
-                samplers[name].seed = 1_000_003 * args.seed + repeat
-                step = await timed_rollout(samplers[name], tools, step_inputs, rollout)
+                seeded = rollout.with_options(sampling_seed=1_000_003 * args.seed + repeat)
+                step = await timed_rollout(samplers[name], tools, step_inputs, seeded)
+                sampled = step.pop("trajectories")
                 if repeat == 0:
-                    drift[name] = logprob_drift(samplers[name], step["ids"], temperature)
+                    drift[name] = logprob_drift(samplers[name], sampled, temperature)
                     print(f"drift {name}: {json.dumps(drift[name])}", file=sys.stderr, flush=True)
                 runs[name]["grpo"].append(step)
-                runs[name]["eval"].append(await timed_rollout(greedy[name], tools, eval_inputs, rollout))
+                evaluated = await timed_rollout(greedy[name], tools, eval_inputs, rollout)
+                evaluated.pop("trajectories")
+                runs[name]["eval"].append(evaluated)
                 print(
                     f"round {repeat} {name}: grpo {step['episodes_per_s']:.3f} ep/s, eval "
                     f"{runs[name]['eval'][-1]['episodes_per_s']:.3f} ep/s",

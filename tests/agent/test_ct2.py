@@ -70,7 +70,7 @@ def rows_of(tokenizer: Any, limits: tuple[int, ...] = (12, 5, 9)) -> list[Row]:
 def hf_greedy(model: Any, tokenizer: Any, rows: list[Row], blocked: list[int]) -> list[list[int]]:
     config = generation_config(model, tokenizer, 16, neutral=True)
     ends = end_token_ids(config, tokenizer)
-    sampled = generate_rows(model, rows, config, temperature=0.0, blocked=blocked, ends=ends)
+    sampled, _ = generate_rows(model, rows, config, temperature=0.0, blocked=blocked, ends=ends)
     return [result.ids for result in sampled]
 
 

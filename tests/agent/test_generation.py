@@ -30,7 +30,12 @@ def test_temperature_divides_the_logits_and_zero_is_greedy() -> None:
         token = int(hot(None, scores).argmax())
         assert hot.logprobs[-1].item() == pytest.approx(expected[token].item())
     greedy = RowSampler([0], temperature=0.0, blocked=[0])
-    assert greedy(None, scores)[0, 0] == -math.inf and not greedy.logprobs
+    assert greedy(None, scores)[0, 0] == -math.inf
+    assert greedy.logprobs[-1].item() == pytest.approx(0.0)  # the only token left
+    # Greedy turns record their tokens' log-probabilities under softmax(logits) too.
+    plain = RowSampler([0], temperature=0.0, blocked=[])
+    assert int(plain(None, scores).argmax()) == 1
+    assert plain.logprobs[-1].item() == pytest.approx(math.log(0.75))
 
 
 def test_a_row_draws_the_same_tokens_whatever_rows_share_its_batch() -> None:

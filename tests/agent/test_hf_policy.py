@@ -64,7 +64,7 @@ def spy_on_generate(policy: HFPolicy, monkeypatch: pytest.MonkeyPatch) -> list[t
 
     def recording_generate(**inputs: Any) -> Any:
         output = generate(**inputs)
-        calls.append((inputs["input_ids"], output))
+        calls.append((inputs["input_ids"], output.sequences))
         return output
 
     monkeypatch.setattr(policy.model, "generate", recording_generate)

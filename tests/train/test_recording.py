@@ -1,5 +1,5 @@
-"""The recording `hf` policy keeps its episodes token-exactly: the trainer scores the sampled ids as they were
-sampled, and an episode samples the same tokens whichever episodes share its batch."""
+"""The `hf` policy returns its episodes token-exactly on the trajectories: the trainer scores the sampled ids as
+they were sampled, and an episode samples the same tokens whichever episodes share its batch."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from spacetools.agent.policies.hf import HFPolicy  # noqa: E402
 from spacetools.kit.loading import load_processor  # noqa: E402
-from spacetools.train.episodes import Example, forward_logprobs, recorded_example  # noqa: E402
+from spacetools.train.episodes import forward_logprobs, sampled_example  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +33,6 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> HFPolicy:
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_pretrained(directory, local_files_only=True).eval()
     return HFPolicy(model, load_processor(directory), temperature=1.0, max_new_tokens=12, record=True)
-
-
-def _recorded(policy: HFPolicy, episode_id: str) -> Example:
-    return recorded_example(policy.recorded(episode_id))
 
 
 def _run(policy: HFPolicy, ids: list[str], concurrency: int = 2) -> list[object]:
@@ -76,14 +72,21 @@ def test_recorded_ids_are_what_the_model_sampled_with_the_logprobs_it_sampled_th
 ) -> None:
     policy.reset_stats()
     trajectories = _run(policy, ["a#0", "a#1"])
-    sampled = sum(int(_recorded(policy, t.task_id).mask.sum()) for t in trajectories)  # type: ignore[attr-defined]
+    sampled = sum(int(sampled_example(t).mask.sum()) for t in trajectories)  # type: ignore[arg-type]
     stats = policy.stats()
     # Every sampled token's distribution counted once; a random tiny model is far from certain.
     assert stats["new_tokens"] == sampled
     assert 0.5 < stats["entropy"] <= math.log(len(policy.processor.tokenizer))
     assert stats["max_batch"] == 2  # the two episodes' turns share each generate call
     for trajectory in trajectories:
-        example = _recorded(policy, trajectory.task_id)  # type: ignore[attr-defined]
+        example = sampled_example(trajectory)  # type: ignore[arg-type]
+        tokens = trajectory.tokens  # type: ignore[attr-defined]
+        assert (
+            tokens.blocked == policy.blocked
+            and tokens.prompt_ids == example.ids[: tokens.prompt_length].tolist()
+        )
+        assert tokens.response_mask[0] == 1 and not any(tokens.mask[: tokens.prompt_length])
+        assert "tokens" not in trajectory.to_dict()  # type: ignore[attr-defined]
         model_turns = [m["content"] for m in trajectory.messages if m["role"] == "assistant"]  # type: ignore[attr-defined]
         assert len(model_turns) == 3
         tokenizer = policy.processor.tokenizer
@@ -98,22 +101,20 @@ def test_recorded_ids_are_what_the_model_sampled_with_the_logprobs_it_sampled_th
         assert torch.allclose(rescored[mask], example.logprobs[mask], atol=1e-4)
         assert (example.logprobs[~mask] == 0).all()
         assert not set(example.ids[mask].tolist()) & set(policy.blocked)  # pixels are never written
-    policy.forget()
-    with pytest.raises(KeyError):
-        policy.recorded("a#0")
 
 
 def test_an_episode_samples_the_same_tokens_whichever_episodes_share_its_batch(policy: HFPolicy) -> None:
     together = _run(policy, ["b#0", "b#1", "b#2"], concurrency=3)
     assert policy.stats()["max_batch"] == 3
-    batched = {t.task_id: _recorded(policy, t.task_id) for t in together}  # type: ignore[attr-defined]
+    batched = {t.task_id: sampled_example(t) for t in together}  # type: ignore[attr-defined, arg-type]
     alone = HFPolicy(
         policy.model, policy.processor, temperature=1.0, max_new_tokens=12, batch_size=1, record=True
     )
-    _run(alone, ["b#2", "b#1"])  # other company, other order, one episode per generate call
+    apart = _run(alone, ["b#2", "b#1"])  # other company, other order, one episode per generate call
     assert alone.stats()["max_batch"] == 1
+    by_id = {t.task_id: sampled_example(t) for t in apart}  # type: ignore[attr-defined, arg-type]
     for episode_id in ("b#1", "b#2"):
-        single = _recorded(alone, episode_id)
+        single = by_id[episode_id]
         assert single.ids.tolist() == batched[episode_id].ids.tolist()
         assert single.logprobs is not None and batched[episode_id].logprobs is not None
         # Left padding in a batch moves the logits by float rounding at most.
@@ -149,7 +150,7 @@ def test_the_trainer_scores_the_distribution_the_sampler_sampled_from(
     trajectories = _run(sampler, [f"t{temperature}{penalised}#0", f"t{temperature}{penalised}#1"])
     assert sampler.stats()["max_batch"] == 2  # scored one by one, sampled in a batch
     for trajectory in trajectories:
-        example = _recorded(sampler, trajectory.task_id)  # type: ignore[attr-defined]
+        example = sampled_example(trajectory)  # type: ignore[arg-type]
         with torch.no_grad():
             rescored = forward_logprobs(model, example, "cpu", sampler.blocked, temperature=temperature)[0]
         mask = example.mask.bool()
@@ -187,10 +188,9 @@ def test_the_rollout_s_token_limits_bound_the_sampled_turns_and_the_count_is_the
                 await policy.aclose()
 
     for trajectory in asyncio.run(go()):
-        example = _recorded(policy, trajectory.task_id)  # type: ignore[attr-defined]
+        example = sampled_example(trajectory)  # type: ignore[arg-type]
         turns = _sampled_turns(example)
         assert all(1 <= len(turn) <= 5 for turn in turns)
         tokens = trajectory.stats["model_tokens"]  # type: ignore[attr-defined]
         assert tokens == int(example.mask.sum()) <= 12
         assert (trajectory.finish_reason == "max_episode_tokens") == (tokens == 12)  # type: ignore[attr-defined]
-    policy.forget()

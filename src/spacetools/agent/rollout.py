@@ -80,6 +80,9 @@ class RolloutConfig(BaseModel):
     verl's ``response_length`` does (None: no limit). The turn that reaches it is cut to what is left, and
     the episode ends there with ``finish_reason`` ``max_episode_tokens``. A policy that does not count its
     tokens cannot run under that budget: its episodes end with a ``rollout_error`` saying so.
+
+    ``sampling_seed`` seeds a sampling policy's draws (with each task id and turn): a training step passes
+    its own, so a step's episodes are reproducible whichever episodes share a batch.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -94,6 +97,7 @@ class RolloutConfig(BaseModel):
     concurrency: Annotated[int, Field(ge=1)] = DEFAULT_CONCURRENCY
     max_new_tokens: Annotated[int | None, Field(ge=1)] = None
     max_episode_tokens: Annotated[int | None, Field(ge=1)] = None
+    sampling_seed: int = 0
 
     def turn_token_limit(self, written: int) -> int | None:
         """The most tokens the next turn may have, once the model has written ``written`` in the episode."""
@@ -341,7 +345,13 @@ async def _run_episode(
     task = item.task
     episode = _Episode(config.show_tool_images)
     state = EpisodeState(
-        task=task, messages=[], images=list(task.images), turn=0, tool_specs=[], tool_calls=episode.records
+        task=task,
+        messages=[],
+        images=list(task.images),
+        turn=0,
+        tool_specs=[],
+        tool_calls=episode.records,
+        sampling_seed=config.sampling_seed,
     )
     answer: str | None = None
     error: str | None = None
@@ -376,13 +386,14 @@ async def _run_episode(
         turns=state.turn,
         score=None,
         parse_errors=sum(episode.parse_errors.values()),
-        stats={**episode.stats(state.turn), "model_tokens": state.model_tokens},
+        stats={**episode.stats(state.turn), "model_tokens": state.model_tokens, **state.policy_stats},
         wall_s=0.0,
         finish_reason=finish_reason,
         error=error,
         images=episode.tool_images,
         task_image_count=len(task.images),
         fallback=state.fallback,
+        tokens=state.tokens,
     )
     if scorer is not None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -74,6 +75,39 @@ class EpisodeInput:
             )
 
 
+@dataclass
+class EpisodeTokens:
+    """An episode token by token, as its model read and wrote it (verl's ``AgentLoopOutput``).
+
+    ``ids`` is the whole episode (prompt, then every turn and tool response), ``mask`` 1 on the tokens the
+    model sampled and 0 on the context (system, question, tool responses, chat-template glue), ``logprobs``
+    each sampled token's log-probability under the distribution it was drawn from (softmax(logits /
+    temperature); a greedy turn's are under softmax(logits)), 0 on context, or None when the engine gave
+    none. ``prompt_length`` tokens open ``ids`` before the first sampled one; ``vision`` holds the
+    processor's pixel inputs of the images in ``ids``, in order (empty for a text-only model);
+    ``blocked`` the token ids the sampler never allowed (a trainer scores with them blocked too).
+    """
+
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float] | None
+    prompt_length: int
+    vision: list[dict[str, Any]] = field(default_factory=list)
+    blocked: list[int] = field(default_factory=list)
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.ids[: self.prompt_length]
+
+    @property
+    def response_ids(self) -> list[int]:
+        return self.ids[self.prompt_length :]
+
+    @property
+    def response_mask(self) -> list[int]:
+        return self.mask[self.prompt_length :]
+
+
 @dataclass(eq=False)
 class EpisodeState:
     """What a policy sees before its next turn (compared and hashed by identity: it is one live episode).
@@ -89,6 +123,11 @@ class EpisodeState:
     tokens the next turn may have (the rollout's per-turn limit, cut to what is left of the episode's
     budget; None: the policy's own limit). A policy that writes tokens adds each turn's count to
     ``model_tokens``, which the episode's budget is measured by.
+
+    ``sampling_seed`` (the rollout's, `RolloutConfig.sampling_seed`) seeds the policy's sampling with the
+    task id and the turn. A policy that works on tokens keeps its per-episode data (a token trace, a KV
+    cache) in ``policy_data``, dropped with the episode, sets ``tokens`` (what `Trajectory.tokens`
+    returns) and adds its per-episode figures (model time, entropy) to ``policy_stats``.
     """
 
     task: Task
@@ -100,6 +139,10 @@ class EpisodeState:
     fallback: bool = False
     max_new_tokens: int | None = None
     model_tokens: int = 0
+    sampling_seed: int = 0
+    policy_data: Any = None
+    tokens: EpisodeTokens | None = None
+    policy_stats: dict[str, float] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -165,6 +208,9 @@ class Trajectory:
     ``error`` is set when the policy, the Toolshed or the scorer failed, so a run never loses an
     episode silently. ``fallback`` says the policy marked its answer a guess after a tool failure
     (`EpisodeState.fallback`); training drops such episodes. Records from before it read as False.
+    ``tokens`` is the episode token by token (:class:`EpisodeTokens`) when the policy works on tokens; it
+    lives in memory only (a trainer reads it from the rollout's result) and is not written by
+    :meth:`to_dict`.
     """
 
     task_id: str
@@ -182,6 +228,7 @@ class Trajectory:
     images: list[np.ndarray] = field(default_factory=list)
     task_image_count: int = 1
     fallback: bool = False
+    tokens: EpisodeTokens | None = field(default=None, repr=False, compare=False)
 
     @property
     def solution_text(self) -> str:
@@ -190,7 +237,8 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON-compatible dict (tool images become PNG data URLs)."""
-        data = asdict(self)
+        data = asdict(dataclasses.replace(self, tokens=None))
+        del data["tokens"]
         data["images"] = [imagecodec.to_data_url(image) for image in self.images]
         return data
 

@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -204,6 +206,29 @@ def _log_episode(trajectory: Trajectory, score: dict[str, Any]) -> None:
         logger.warning("%s: %s", trajectory.task_id, trajectory.error)
 
 
+def token_rate(policy: Policy) -> Callable[[], str] | None:
+    """For a policy that counts the tokens it writes (``stats()["new_tokens"]`` and ``"tokens_in_flight"``,
+    as the ``hf`` policy does):
+    its tokens so far and their rate, which move while an episode runs (a local model's turn can take a
+    minute); None for others."""
+    stats = getattr(policy, "stats", None)
+    if not callable(stats):
+        return None
+
+    def written() -> int:
+        now = stats()
+        return int(now.get("new_tokens", 0)) + int(now.get("tokens_in_flight", 0))
+
+    started, first = time.monotonic(), written()
+
+    def detail() -> str:
+        tokens = written() - first
+        elapsed = time.monotonic() - started
+        return f"{tokens} tok, {tokens / elapsed if elapsed > 0 else 0.0:.1f} tok/s"
+
+    return detail
+
+
 async def _run_pending(
     policy: Policy,
     toolshed: ToolProvider,
@@ -216,7 +241,8 @@ async def _run_pending(
     it to ``cards``, which builds its report card meanwhile)."""
     inputs = [episode_input(sample, key) for key, sample in pending.items()]
     questions = {item.task.id: item.task.question for item in inputs}
-    bar = progress_bar(console, "episodes", len(inputs), unit="ep") if console else None
+    detail = token_rate(policy)
+    bar = progress_bar(console, "episodes", len(inputs), unit="ep", detail=detail) if console else None
     # Policy errors in a row are held back: a run stopped by them leaves their samples to the next run.
     held: list[Trajectory] = []
     with config.folder.writer() as writer, bar or contextlib.nullcontext() as advance:

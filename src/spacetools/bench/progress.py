@@ -1,5 +1,6 @@
 """A progress bar for the long commands (eval, data generate, train traces, robot eval): done/total,
-rate, elapsed time and ETA. In a terminal it is a live rich bar; piped or in a log it is one plain line
+rate, elapsed time and ETA, and optionally a detail that moves within an item (a local model's tokens per
+second while an episode runs). In a terminal it is a live rich bar; piped or in a log it is one plain line
 every ``step_percent`` percent, so a redirected run still shows that it moves and when it will end."""
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ from rich.text import Text
 
 #: Advances the bar by a number of finished items.
 Advance = Callable[[int], None]
+#: The text of the detail column, read at every refresh.
+Detail = Callable[[], str]
+
+
+class DetailColumn(ProgressColumn):
+    """A line of text the caller computes at each refresh (e.g. tokens per second of the running episodes)."""
+
+    def __init__(self, detail: Detail) -> None:
+        super().__init__()
+        self.detail = detail
+
+    def render(self, task: Task) -> Text:
+        return Text(self.detail(), style="progress.data.speed")
 
 
 class RateColumn(ProgressColumn):
@@ -49,15 +63,23 @@ def _clock(seconds: float) -> str:
 
 @contextlib.contextmanager
 def progress_bar(
-    console: Console, description: str, total: int, *, unit: str = "item", step_percent: int = 10
+    console: Console,
+    description: str,
+    total: int,
+    *,
+    unit: str = "item",
+    step_percent: int = 10,
+    detail: Detail | None = None,
 ) -> Iterator[Advance]:
-    """A bar for ``total`` items; yields ``advance(n)``."""
+    """A bar for ``total`` items; yields ``advance(n)``. ``detail`` adds a column (and, piped, a part of
+    each line) that moves while an item runs."""
     if console.is_terminal:
-        columns = (
+        columns: tuple[ProgressColumn, ...] = (
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             RateColumn(unit),
+            *([DetailColumn(detail)] if detail is not None else []),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -84,8 +106,9 @@ def progress_bar(
         elapsed = time.monotonic() - started
         rate = done / elapsed if elapsed > 0 else None
         eta = _clock((total - done) / rate) if rate else "?"
+        extra = f", {detail()}" if detail is not None else ""
         console.print(
-            f"{description}: {done}/{total} ({percent}%), {_rate(rate, unit)}, "
+            f"{description}: {done}/{total} ({percent}%), {_rate(rate, unit)}{extra}, "
             f"elapsed {_clock(elapsed)}, ETA {eta}",
             highlight=False,
             soft_wrap=True,

@@ -87,6 +87,13 @@ def _run(policy: str, options: dict[str, Any], config: EvalConfig, console: Cons
             # The arguments were fine but the run failed (a model or a Toolshed that does not answer).
             typer.echo(f"Error: {error}", err=True)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            typer.echo(
+                f"Interrupted: the finished samples are in {config.out / SAMPLES_FILE}; rerun the same command "
+                "to resume.",
+                err=True,
+            )
+            raise typer.Exit(130) from None
 
 
 def _config(**fields: Any) -> EvalConfig:

@@ -10,8 +10,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from spacetools.agent.policies.generation import join_vision
-from spacetools.agent.policies.hf import ChatFormat, RecordedEpisode
+from spacetools.agent.policies.hf import ChatFormat
 from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
+from spacetools.agent.types import Trajectory
 
 LOGPROB_CHUNK = 1024  # positions whose (chunk, V) logits exist at once while scoring an episode
 
@@ -48,14 +49,22 @@ def encode_episode(processor: Any, messages: list[dict[str, Any]], images: list[
     return Example(torch.tensor(trace.trace.ids), torch.tensor(trace.trace.mask), vision)
 
 
-def recorded_example(episode: RecordedEpisode) -> Example:
-    """An episode a recording policy sampled: its ids, mask, pixels and sampling log-probabilities."""
-    trace = episode.trace
+def sampled_example(trajectory: Trajectory) -> Example:
+    """An episode as the rollout returned it: its ids, mask, pixels and sampling log-probabilities."""
+    tokens = trajectory.tokens
+    if tokens is None or tokens.logprobs is None:
+        missing = "tokens" if tokens is None else "sampling log-probabilities"
+        reason = (
+            f"{trajectory.finish_reason}: {trajectory.error}"
+            if trajectory.error
+            else trajectory.finish_reason
+        )
+        raise ValueError(f"episode {trajectory.task_id!r} came back without {missing} ({reason})")
     return Example(
-        ids=torch.tensor(trace.ids),
-        mask=torch.tensor(trace.mask),
-        vision=join_vision(episode.vision),
-        logprobs=torch.tensor(trace.logprobs),
+        ids=torch.tensor(tokens.ids),
+        mask=torch.tensor(tokens.mask),
+        vision=join_vision(tokens.vision),
+        logprobs=torch.tensor(tokens.logprobs),
     )
 
 

@@ -5,9 +5,10 @@ rollout against a Toolshed (tools live, in-process or a remote server), reward e
 evaluation measures (`train.sampling.measured_reward`), optionally drop groups of equal rewards for fresh
 prompts (DAPO's dynamic sampling), centre rewards within each group (Dr. GRPO; `scale_rewards` divides by
 the std), and take one clipped policy-gradient step on the model's own tokens, with a KL penalty to the
-starting (SFT) model. The trainer never sees tool internals:
-it reads the token-exact episodes the recording `HFPolicy` sampled (a step's episodes generated together,
-in batches) and the rollout's scores.
+starting (SFT) model. The trainer never sees tool internals and touches only what the rollout returns:
+each trajectory's token-exact episode (`Trajectory.tokens`: ids, mask, sampling log-probabilities, pixels;
+a step's episodes generated together, in batches), its score and its sampling figures. A step's sampling
+seed goes in with the rollout call.
 
 Shapes: `B = prompts_per_step * group_size` episodes per step, each `(1, T_i)` tokens (processed one at a
 time, so no padding); `rewards (B,)`, `advantages (B,)`; `logp`, `old_logp`, `ref_logp`, `mask (1, T_i)`.
@@ -47,7 +48,7 @@ from spacetools.train.checkpoint import (
     truncate_metrics,
 )
 from spacetools.train.config import GRPOConfig, record_config
-from spacetools.train.episodes import Example, forward_logprobs, logprobs_from_hidden, recorded_example
+from spacetools.train.episodes import Example, forward_logprobs, logprobs_from_hidden, sampled_example
 from spacetools.train.objectives import group_advantages, grpo_loss
 from spacetools.train.reference import LastLayersReference
 from spacetools.train.sampling import (
@@ -148,6 +149,16 @@ def step_metrics(trajectories: list[Trajectory], rewards: torch.Tensor, group_si
         "valid_turn_rate": 1.0 - invalid / max(turns, 1),
         "answered_rate": float(np.mean([t.answer is not None for t in trajectories])),
         "tool_time_s": float(sum(c.latency_s for t in trajectories for c in t.tool_calls)),
+    }
+
+
+def sampling_stats(trajectories: list[Trajectory]) -> dict[str, float]:
+    """The model's share of a step's rollout and the mean entropy per sampled token, from the episodes."""
+    tokens = sum(int(t.stats.get("model_tokens", 0)) for t in trajectories)
+    entropy = sum(float(t.stats.get("sampled_entropy", 0.0)) for t in trajectories)
+    return {
+        "generate_s": sum(float(t.stats.get("generate_s", 0.0)) for t in trajectories),
+        "entropy": entropy / tokens if tokens else 0.0,
     }
 
 
@@ -279,7 +290,9 @@ async def _train_grpo(
                 for g, i in enumerate(indices)
                 for k in range(n)
             ]
-            trajectories = await run_episodes(policy, provider, inputs, config=config.rollout)
+            trajectories = await run_episodes(
+                policy, provider, inputs, config=config.rollout, sampling_seed=step_seed
+            )
             return trajectories, [measured_reward(t.score, config.nndc_weight) for t in trajectories]
 
         with metrics_path.open("a", encoding="utf-8") as metrics:
@@ -290,8 +303,7 @@ async def _train_grpo(
                 # with dynamic sampling, groups of equal rewards are replaced by fresh prompts.
                 started = time.perf_counter()
                 model.eval()
-                policy.seed = config.seed * 1_000_003 + step
-                policy.reset_stats()
+                step_seed = config.seed * 1_000_003 + step
                 gathered = await gather_useful_groups(
                     collect,
                     indices,
@@ -302,7 +314,7 @@ async def _train_grpo(
                     max_rounds=config.max_sampling_rounds,
                 )
                 trajectories = gathered.episodes
-                sampling = policy.stats()
+                sampling = sampling_stats(gathered.seen_episodes)
                 generated = time.perf_counter()
 
                 # 2. Reward and advantages: rewards (B,) -> advantages (B,), centred within each group.
@@ -314,11 +326,12 @@ async def _train_grpo(
                 advantages = group_advantages(trained_on, n, scale=config.scale_rewards)
 
                 # 3. One policy-gradient step on the model's own tokens.
-                examples = [recorded_example(policy.recorded(t.task_id)) for t in trajectories]
+                examples = [sampled_example(t) for t in trajectories]
+                blocked = next((list(t.tokens.blocked) for t in trajectories if t.tokens), [])
                 update = policy_update(
-                    model, reference, optimizer, trainable, examples, advantages, config, policy.blocked
+                    model, reference, optimizer, trainable, examples, advantages, config, blocked
                 )
-                policy.forget()
+                policy.refresh()  # the engine drops what the old weights computed
                 updated = time.perf_counter()
                 if watch.update(gathered.seen_rewards) and step + 1 < config.steps:
                     stopped = f"only zero rewards for {watch.streak} steps: stopped after step {step + 1}"

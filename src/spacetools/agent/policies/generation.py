@@ -1,8 +1,9 @@
 """One batched ``generate`` over token rows, each row's tokens chosen from its own seeded generator.
 
-A row is a prompt as token ids (with the pixel inputs of its images) and a seed. Rows are left-padded into
-one ``generate`` call; :class:`RowSampler` then picks every next token itself: greedily at temperature 0,
-else from softmax(logits / temperature) with the row's own ``torch.Generator``. So what a row samples
+A row is a prompt as token ids (with the pixel inputs of its images), a seed and, optionally, its
+episode's KV cache (:mod:`~spacetools.agent.policies.kvcache`, which builds the batch's ``past``). Rows are
+left-padded into one ``generate`` call; :class:`RowSampler` then picks every next token itself: greedily
+at temperature 0, else from softmax(logits / temperature) with the row's own ``torch.Generator``. So what a row samples
 depends on its prompt and seed only, never on the other rows in the batch or the order they came in
 (left padding changes a row's logits by float rounding at most), and the log-probability of each sampled
 token under the distribution it was drawn from is recorded as it is sampled. Pixel tokens are never
@@ -14,8 +15,13 @@ torch and transformers are imported inside the functions, so the package imports
 from __future__ import annotations
 
 import copy
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spacetools.agent.policies.kvcache import KVSlot
 
 # Logit processors a checkpoint's generation_config may switch on (Qwen2.5 Instruct ships
 # `repetition_penalty: 1.05`) that `generate` applies before our sampler, set to the value that leaves the
@@ -58,25 +64,30 @@ def join_vision(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 @dataclass
 class Row:
     """A prompt to continue: its ids, the pixel inputs of its images in order, its sampling seed and the
-    most tokens it may get."""
+    most tokens it may get. ``cache``: its episode's KV cache, which an engine that keeps one reads and
+    updates in place (None: encode the whole prompt; an engine may ignore it)."""
 
     ids: list[int]
     vision: list[dict[str, Any]]
     seed: int
     max_new_tokens: int
+    cache: KVSlot | None = None
 
 
 @dataclass
 class Sampled:
     """A row's new tokens up to and including the end token, with what they were sampled from.
 
-    `logprobs`: each token's log-probability under softmax(logits / temperature) (None when greedy);
-    `entropy`: those distributions' entropies, summed over the tokens.
+    `logprobs`: each token's log-probability under softmax(logits / temperature), under softmax(logits)
+    when greedy (None: the engine gives none);
+    `entropy`: those distributions' entropies, summed over the tokens; `cached`: how many of the prompt's
+    tokens came from a KV cache instead of being encoded (0 for an engine without one).
     """
 
     ids: list[int]
     logprobs: list[float] | None
     entropy: float
+    cached: int = 0
 
 
 def generation_config(model: Any, tokenizer: Any, max_new_tokens: int, *, neutral: bool) -> Any:
@@ -127,7 +138,8 @@ def end_token_ids(config: Any, tokenizer: Any) -> set[int]:
 class RowSampler:
     """A logits processor that chooses each row's next token: the argmax at temperature 0, else a draw from
     softmax(logits / temperature) with the row's own generator, recording its log-probability and the
-    distribution's entropy. It returns logits that leave greedy search only the chosen token."""
+    distribution's entropy (at temperature 0, under softmax(logits)). It returns logits that leave greedy
+    search only the chosen token."""
 
     def __init__(self, seeds: list[int], temperature: float, blocked: list[int]) -> None:
         self.seeds = seeds
@@ -144,6 +156,9 @@ class RowSampler:
             blocked = torch.tensor(self.blocked, device=scores.device)
             scores = scores.index_fill(-1, blocked, float("-inf"))
         if self.temperature == 0:
+            logp = torch.log_softmax(scores.float(), dim=-1)  # (B, V)
+            self.logprobs.append(logp.max(-1).values)
+            self.entropies.append(torch.special.entr(logp.exp()).sum(-1))
             return scores
         if not self.generators:
             self.generators = [torch.Generator(scores.device).manual_seed(seed) for seed in self.seeds]
@@ -167,12 +182,39 @@ class RowSampler:
 
 
 def generate_rows(
-    model: Any, rows: list[Row], config: Any, *, temperature: float, blocked: list[int], ends: set[int]
-) -> list[Sampled]:
+    model: Any,
+    rows: list[Row],
+    config: Any,
+    *,
+    temperature: float,
+    blocked: list[int],
+    ends: set[int],
+    past: Any = None,
+    interrupt: threading.Event | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> tuple[list[Sampled], Any]:
     """Continue every row in one left-padded `generate` call, as long as its longest row may grow; each
-    row's new tokens end at an end token or at its own limit."""
+    row's new tokens end at an end token or at its own limit. Returns them with the batch's KV cache.
+
+    `past`: the cache of the batch's first positions (see :func:`~spacetools.agent.policies.kvcache.batch_cache`);
+    `interrupt`: once set, generation stops after the current step (the caller discards the batch);
+    `on_step`: called after each step with the number of rows still writing (live progress).
+    """
     import torch
-    from transformers import LogitsProcessorList
+    from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+    end_ids = torch.tensor(sorted(ends), dtype=torch.long)
+
+    class Interrupted(StoppingCriteria):
+        """Stops every row once `interrupt` is set; reports the rows still writing to `on_step`."""
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            if on_step is not None:
+                new = input_ids[:, width:].cpu()  # (B, t)
+                ended = torch.isin(new, end_ids).any(-1)  # (B,)
+                on_step(int((~ended).sum()))
+            stop = interrupt is not None and interrupt.is_set()
+            return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
     width = max(len(row.ids) for row in rows)
     ids = torch.full((len(rows), width), config.pad_token_id, dtype=torch.long)  # (B, T)
@@ -186,6 +228,7 @@ def generate_rows(
         config
     )  # as long as the longest row may grow (one object: generate's kwargs are deprecated)
     config.max_new_tokens = max(row.max_new_tokens for row in rows)
+    config.return_dict_in_generate = True  # for the batch's KV cache
     device = model.device
     with torch.inference_mode():
         output = model.generate(
@@ -194,8 +237,10 @@ def generate_rows(
             **{key: value.to(device) for key, value in vision.items()},
             generation_config=config,
             logits_processor=LogitsProcessorList([sampler]),
+            stopping_criteria=StoppingCriteriaList([Interrupted()]),
+            cache=past,
         )
-    new = output[:, width:].tolist()  # (B, N): after a row's end token, padding
+    new = output.sequences[:, width:].tolist()  # (B, N): after a row's end token, padding
     # One step more than N may have run (transformers checks for the end a step late on a GPU).
     logprobs = torch.stack(sampler.logprobs, 1).tolist() if sampler.logprobs else None  # (B, >= N)
     entropies = torch.stack(sampler.entropies, 1) if sampler.entropies else None  # (B, >= N)
@@ -210,4 +255,4 @@ def generate_rows(
                 entropy=float(entropies[i, :keep].sum()) if entropies is not None else 0.0,
             )
         )
-    return sampled
+    return sampled, output.cache

@@ -2,17 +2,18 @@
 SmolLM2, whose images go to the tools only) with batched generation, for evaluation and for training.
 
 Many episodes call :meth:`HFPolicy.act` at once; a background task gathers their prompts into one
-left-padded ``generate`` call that runs in a worker thread, so the event loop (and the Toolshed calls of
-the other episodes) keeps running meanwhile. Each turn samples from its own seed (the policy's ``seed``,
-the episode id, the turn; see :mod:`~spacetools.agent.policies.generation`), so an episode's tokens do
-not depend on which episodes share its batch or on the order they reach the model.
+batched call of the policy's engine (:mod:`~spacetools.agent.policies.engine`) that runs in a worker
+thread, so the event loop (and the Toolshed calls of the other episodes) keeps running meanwhile. Each turn
+samples from its own seed (the rollout's ``sampling_seed``, the episode id, the turn; see
+:mod:`~spacetools.agent.policies.generation`), so an episode's tokens do not depend on which episodes share
+its batch or on the order they reach the model.
 
-With ``record=True`` (what GRPO samples with) every episode grows its own token-exact
-:class:`~spacetools.agent.tokens.ChatTrace`: the context as the chat template renders it, the sampled ids
-as they are, with the log-probabilities they were sampled with, so the trainer reads the exact ids the
-model produced instead of re-tokenising the text. Episodes are keyed by task id: run the n samples of a
-GRPO group as tasks with distinct ids. torch and transformers are imported only when a model is loaded,
-so the rest of the package imports without them.
+One path serves evaluation and training: every episode grows its own token-exact
+:class:`~spacetools.agent.tokens.ChatTrace` (the context as the chat template renders it, the sampled ids
+as they are, with the log-probabilities they were sampled with) and hands it to the rollout as
+``EpisodeState.tokens``, so a trainer reads the exact ids the model produced instead of re-tokenising the
+text, and the next turn feeds the model the same ids plus only the new context (its KV cache kept). torch
+and transformers are imported only when a model is loaded, so the rest of the package imports without them.
 """
 
 from __future__ import annotations
@@ -29,16 +30,17 @@ import numpy as np
 from PIL import Image
 
 from spacetools.agent.chat import TOOL_RESPONSE_OPEN, to_chat_messages
+from spacetools.agent.policies.engine import Engine, HFEngine
 from spacetools.agent.policies.generation import (
     Row,
     Sampled,
     end_token_ids,
-    generate_rows,
     generation_config,
     vision_token_ids,
 )
-from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer, TokenTrace
-from spacetools.agent.types import Policy
+from spacetools.agent.policies.kvcache import KVSlot
+from spacetools.agent.tokens import ChatTrace, ProcessorTokenizer
+from spacetools.agent.types import EpisodeTokens, Policy
 from spacetools.kit import imagecodec
 from spacetools.kit.loading import DTYPES, load_processor, load_vlm
 from spacetools.kit.textonly import TEXT_ONLY_NOTE, has_vision, image_note
@@ -109,27 +111,30 @@ def with_text_only_note(conversation: list[dict[str, Any]]) -> list[dict[str, An
 
 
 @dataclass
-class RecordedEpisode:
-    """One episode as the model saw and wrote it: its token trace and its images' pixel inputs, in order."""
+class _Episode:
+    """One episode as the model saw and wrote it (kept in ``EpisodeState.policy_data``): its token trace,
+    the tokenizer holding its images' pixel inputs, and its KV cache."""
 
     chat: ChatTrace
     tokenizer: ProcessorTokenizer
     images_seen: int  # conversation images already handed to the tokenizer
     messages_seen: int  # chat messages already in the trace
+    prompt_length: int
+    cache: KVSlot | None
+    scored: bool = True  # every turn came with its log-probabilities
 
-    @property
-    def trace(self) -> TokenTrace:
-        return self.chat.trace
-
-    @property
-    def vision(self) -> list[dict[str, Any]]:
-        return self.tokenizer.vision_inputs
+    def tokens(self, blocked: list[int]) -> EpisodeTokens:
+        trace = self.chat.trace
+        logprobs = trace.logprobs if self.scored else None
+        return EpisodeTokens(
+            trace.ids, trace.mask, logprobs, self.prompt_length, self.tokenizer.vision_inputs, blocked
+        )
 
 
 @dataclass
 class _Request:
     row: Row
-    future: asyncio.Future[Sampled]
+    future: asyncio.Future[tuple[Sampled, float]]  # the row's tokens and its share of the batch's time
 
 
 @dataclass
@@ -164,10 +169,14 @@ class HFPolicy(Policy):
         temperature: 0 decodes greedily; above 0 samples from softmax(logits / temperature).
         batch_size: the most prompts one ``generate`` call takes.
         batch_wait_ms: how long the first queued prompt waits for others to join its batch.
-        seed: with the episode id and the turn, the seed of each turn's sampling.
-        record: keep each episode's token trace (:meth:`recorded`), sampled from the logits alone: the
-            checkpoint's logit processors (Qwen2.5 Instruct's repetition penalty) are switched off, so a
-            trainer scoring logits / temperature scores what was sampled.
+        record: sample for training: the checkpoint's logit processors (Qwen2.5 Instruct's repetition
+            penalty) are switched off, so a trainer scoring logits / temperature scores what was sampled.
+        kv_cache: keep each episode's KV cache across its turns and share the system prefix between
+            episodes (text-only models; a VLM's turns are encoded whole).
+        engine: what runs the model (default: :class:`~spacetools.agent.policies.engine.HFEngine`).
+
+    Every episode's tokens go onto its state (``EpisodeState.tokens``, so ``Trajectory.tokens``): the
+    sampling seed of a turn is the rollout's ``sampling_seed`` with the task id and the turn.
     """
 
     def __init__(
@@ -180,14 +189,13 @@ class HFPolicy(Policy):
         temperature: float = 0.0,
         batch_size: int = 8,
         batch_wait_ms: float = 20,
-        seed: int = 0,
         record: bool = False,
+        kv_cache: bool = True,
+        engine: Engine | None = None,
     ) -> None:
         _check_settings(max_new_tokens, temperature, batch_size, batch_wait_ms)
         if record and temperature == 0:
-            raise ValueError(
-                "hf policy: recording needs a temperature above 0 (greedy tokens have no logprobs)"
-            )
+            raise ValueError("hf policy: training samples need a temperature above 0")
         self.name = name
         self.model = model
         self.processor = processor
@@ -197,58 +205,61 @@ class HFPolicy(Policy):
         self.temperature = temperature
         self.batch_size = batch_size
         self.batch_wait_s = batch_wait_ms / 1000
-        self.seed = seed
         self.record = record
+        self.kv_cache = kv_cache and not self.vision
         self.generation_config = generation_config(model, self.tokenizer, max_new_tokens, neutral=record)
-        self.ends = end_token_ids(self.generation_config, self.tokenizer)
         self.blocked = vision_token_ids(self.tokenizer)  # never sampled: the processor writes pixels
-        self._episodes: dict[str, RecordedEpisode] = {}
+        self.engine: Engine = engine or HFEngine(
+            model,
+            self.generation_config,
+            temperature=temperature,
+            blocked=self.blocked,
+            ends=end_token_ids(self.generation_config, self.tokenizer),
+        )
         self._batcher: _Batcher | None = None
         self._stats = _Stats()
 
     async def act(self, state: EpisodeState) -> str:
-        """Queue this episode's prompt for the next batch and return the generated assistant turn (its
-        tokens are added to ``state.model_tokens``)."""
+        """Queue this episode's prompt for the next batch and return the generated assistant turn; its
+        tokens grow the episode's trace (``state.tokens``) and count in ``state.model_tokens``."""
         conversation, images = self.format.convert(state.messages, state.images)
-        seed = zlib.crc32(f"{self.seed}/{state.task.id}/{state.turn}".encode())
-        limit = state.max_new_tokens or self.generation_config.max_new_tokens
-        if not self.record:
+        episode = state.policy_data
+        if not isinstance(episode, _Episode):
             tokenizer = ProcessorTokenizer(self.processor, images)
-            prompt = self.processor.apply_chat_template(
-                conversation, add_generation_prompt=True, tokenize=False
-            )
-            sampled = await self._queue(Row(tokenizer.encode(prompt), tokenizer.vision_inputs, seed, limit))
-            state.model_tokens += len(sampled.ids)
-            return str(self.tokenizer.decode(sampled.ids, skip_special_tokens=True))
-        episode = self._episodes.get(state.task.id)
-        if episode is None:
-            tokenizer = ProcessorTokenizer(self.processor, images)
-            episode = RecordedEpisode(
-                ChatTrace(tokenizer, conversation), tokenizer, len(images), len(conversation)
-            )
-            self._episodes[state.task.id] = episode
+            chat = ChatTrace(tokenizer, conversation)
+            cache = KVSlot() if self.kv_cache else None
+            episode = _Episode(chat, tokenizer, len(images), len(conversation), len(chat.trace.ids), cache)
+            state.policy_data = episode
         else:
             episode.tokenizer.add_images(images[episode.images_seen :])
             episode.chat.add_messages(conversation[episode.messages_seen :])
             episode.images_seen = len(images)
-        sampled = await self._queue(Row(list(episode.trace.ids), list(episode.vision), seed, limit))
-        assert sampled.logprobs is not None  # recording samples (temperature > 0)
+        seed = zlib.crc32(f"{state.sampling_seed}/{state.task.id}/{state.turn}".encode())
+        limit = state.max_new_tokens or self.generation_config.max_new_tokens
+        row = Row(
+            list(episode.chat.trace.ids), list(episode.tokenizer.vision_inputs), seed, limit, episode.cache
+        )
+        sampled, generate_s = await self._queue(row)
         state.model_tokens += len(sampled.ids)
-        text = episode.chat.add_generation(sampled.ids, sampled.logprobs)
+        episode.scored = episode.scored and sampled.logprobs is not None
+        text = episode.chat.add_generation(sampled.ids, sampled.logprobs or [0.0] * len(sampled.ids))
         episode.messages_seen = len(conversation) + 1  # the conversation so far and the turn just sampled
+        state.tokens = episode.tokens(self.blocked)
+        stats = state.policy_stats
+        stats["generate_s"] = stats.get("generate_s", 0.0) + generate_s
+        stats["sampled_entropy"] = stats.get("sampled_entropy", 0.0) + sampled.entropy
+        stats["cached_tokens"] = stats.get("cached_tokens", 0.0) + sampled.cached
+        stats["prompt_tokens"] = stats.get("prompt_tokens", 0.0) + len(row.ids)
         return text
 
-    def recorded(self, episode_id: str) -> RecordedEpisode:
-        """The recorded episode (``record=True``): ids, mask, sampling log-probabilities and pixels."""
-        return self._episodes[episode_id]
-
-    def forget(self) -> None:
-        """Drop the recorded episodes (after a training step has used them)."""
-        self._episodes.clear()
+    def refresh(self) -> None:
+        """Tell the engine the model's weights changed (after a training update)."""
+        self.engine.refresh(self.model)
 
     def stats(self) -> dict[str, float]:
         """Requests served, ``generate`` calls (batches) and their sizes, new tokens, generation time and the
-        mean entropy per sampled token (temperature applied), since :meth:`reset_stats`."""
+        mean entropy per sampled token (temperature applied), since :meth:`reset_stats`; and the tokens the
+        running call has written so far (live progress)."""
         stats = self._stats
         return {
             "requests": stats.requests,
@@ -258,6 +269,7 @@ class HFPolicy(Policy):
             "new_tokens": stats.new_tokens,
             "generate_s": stats.generate_s,
             "entropy": stats.entropy_sum / stats.new_tokens if stats.new_tokens else 0.0,
+            "tokens_in_flight": getattr(self.engine, "in_flight", 0),
         }
 
     def reset_stats(self) -> None:
@@ -273,7 +285,7 @@ class HFPolicy(Policy):
             request.future.cancel()
         await asyncio.gather(batcher.worker, return_exceptions=True)
 
-    async def _queue(self, row: Row) -> Sampled:
+    async def _queue(self, row: Row) -> tuple[Sampled, float]:
         batcher = self._current_batcher()
         request = _Request(row, batcher.loop.create_future())
         batcher.pending.append(request)
@@ -313,7 +325,11 @@ class HFPolicy(Policy):
             try:
                 results = await asyncio.to_thread(self._generate, [request.row for request in batch])
             except asyncio.CancelledError:
-                # Closing mid-generation must not leave these callers waiting forever.
+                # Closing mid-generation (Ctrl-C) stops the worker thread at its next token, and must not
+                # leave these callers waiting forever.
+                interrupt = getattr(self.engine, "interrupt", None)
+                if interrupt is not None:
+                    interrupt.set()
                 for request in batch:
                     request.future.cancel()
                 raise
@@ -326,25 +342,22 @@ class HFPolicy(Policy):
                     if not request.future.done():
                         request.future.set_result(result)
 
-    def _generate(self, rows: list[Row]) -> list[Sampled]:
-        """One batched ``generate`` (runs in a worker thread)."""
+    def _generate(self, rows: list[Row]) -> list[tuple[Sampled, float]]:
+        """One batched call of the engine (runs in a worker thread); each row with its share of the time."""
+        interrupt = getattr(self.engine, "interrupt", None)
+        if interrupt is not None:
+            interrupt.clear()  # a new run (a policy outlives an interrupted one)
         started = time.perf_counter()
-        sampled = generate_rows(
-            self.model,
-            rows,
-            self.generation_config,
-            temperature=self.temperature,
-            blocked=self.blocked,
-            ends=self.ends,
-        )
+        sampled = self.engine.generate(rows)
+        elapsed = time.perf_counter() - started
         stats = self._stats
-        stats.generate_s += time.perf_counter() - started
+        stats.generate_s += elapsed
         stats.batches += 1
         stats.requests += len(rows)
         stats.max_batch = max(stats.max_batch, len(rows))
         stats.new_tokens += sum(len(result.ids) for result in sampled)
         stats.entropy_sum += sum(result.entropy for result in sampled)
-        return sampled
+        return [(result, elapsed / len(rows)) for result in sampled]
 
 
 def _check_settings(max_new_tokens: int, temperature: float, batch_size: int, batch_wait_ms: float) -> None:
@@ -363,7 +376,7 @@ def load_hf_policy(
     temperature: float = 0.0,
     batch_size: int = 8,
     batch_wait_ms: float = 20,
-    seed: int = 0,
+    kv_cache: bool = True,
 ) -> HFPolicy:
     """The ``hf`` policy on a local model folder (the model, its processor or tokenizer files and a chat
     template); a LoRA adapter's folder loads as its base model with the adapter merged in.
@@ -387,5 +400,5 @@ def load_hf_policy(
         temperature=temperature,
         batch_size=batch_size,
         batch_wait_ms=batch_wait_ms,
-        seed=seed,
+        kv_cache=kv_cache,
     )
