@@ -314,7 +314,6 @@ class DIRLRun(StagedRun):
             device=self.config.device,
             batch_size=self.config.rollout.concurrency,
             temperature=temperature,
-            seed=self.config.seed,
         )
         config = EvalConfig(
             data=data or self.eval_data,
@@ -324,7 +323,8 @@ class DIRLRun(StagedRun):
             tools=self.config.tools,
             report=True,
             # The prompt and limits the model was trained with (a different prompt is another task).
-            rollout=self.config.rollout,
+            # A sampled evaluation draws from the run's seed (with each task id and turn).
+            rollout=self.config.rollout.model_copy(update={"sampling_seed": self.config.seed}),
         )
         try:
             summary = await evaluate_async(policy, config=config, console=self.console)
