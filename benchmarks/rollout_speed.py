@@ -6,13 +6,15 @@ episodes in flight sampled in one batch, exact tools in this process. A GRPO ste
 x `--group` episodes sampled at the recipe's GRPO temperature through the recording policy the trainer
 uses; an evaluation is `--eval-questions` questions decoded greedily. Engines (`--engines`):
 
-- ``hf``: today's `HFPolicy` (transformers `generate`), the reference;
+- ``hf``: `HFPolicy` (transformers `generate`) with each episode's KV cache kept across its turns and
+  the shared system prefix encoded once, the reference;
+- ``hf:nocache``: the same policy encoding every turn's whole context again (the path before the cache);
 - ``ct2`` / ``ct2:<compute type>``: `CT2Engine` (CTranslate2, `agent/policies/ct2.py`) behind the same
   policy, through a subclass overriding its private `_generate` (benchmark only); ``ct2:<compute
   type>:noprefix`` encodes every row whole (no shared prefix as CTranslate2's ``static_prompt``).
 
 Engines alternate within each of `--repeats` rounds, in one process, so their ratios hold on a loaded
-machine; ratios are medians against ``hf``. Also measured for each CTranslate2 engine: the cost of a
+machine; ratios are medians against the first engine listed. Also measured for each CTranslate2 engine: the cost of a
 weight refresh (what the trainer pays after each update) and the drift between the log-probabilities the
 engine sampled with and those transformers recomputes on the same tokens (what the trainer recomputes and
 logs): mean |Δ| and the spread of the ratio exp(Δ), Δ = recomputed − sampled, over every sampled token.
@@ -58,8 +60,8 @@ def make_policy(engine: str, model: Any, processor: Any, *, temperature: float, 
         "record": temperature > 0,
         "name": engine,
     }
-    if engine == "hf":
-        return HFPolicy(model, processor, **settings)
+    if engine in ("hf", "hf:nocache"):
+        return HFPolicy(model, processor, kv_cache=engine == "hf", **settings)
     kind, _, rest = engine.partition(":")
     compute_type, _, variant = rest.partition(":")
     if kind != "ct2" or variant not in ("", "noprefix"):
@@ -178,7 +180,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     file=sys.stderr,
                     flush=True,
                 )
-    refresh = {name: refresh_seconds(samplers[name], args.refreshes) for name in engines if name != "hf"}
+    refresh = {
+        name: refresh_seconds(samplers[name], args.refreshes) for name in engines if name.startswith("ct2")
+    }
 
     def median(name: str, kind: str) -> float:
         return statistics.median(run["episodes_per_s"] for run in runs[name][kind])
@@ -209,10 +213,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             }
             for name in engines
         },
-        "ratio_to_hf": {
-            name: {kind: round(median(name, kind) / median("hf", kind), 2) for kind in ("grpo", "eval")}
+        f"ratio_to_{engines[0]}": {
+            name: {kind: round(median(name, kind) / median(engines[0], kind), 2) for kind in ("grpo", "eval")}
             for name in engines
-            if "hf" in engines
         },
         "refresh_s": {name: round(seconds, 2) for name, seconds in refresh.items()},
         "logprob_drift": {
@@ -223,7 +226,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engines", default="hf,ct2", help="comma-separated: hf, ct2, ct2:<compute type>")
+    parser.add_argument(
+        "--engines",
+        default="hf,ct2",
+        help="comma-separated: hf, hf:nocache, ct2, ct2:<compute type>[:noprefix]",
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=4, help="GRPO questions per step")
     parser.add_argument("--group", type=int, default=4, help="episodes per GRPO question")
