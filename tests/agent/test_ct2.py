@@ -16,6 +16,7 @@ from tests.smollm2 import smollm2_folder  # noqa: E402
 from tests.tiny_qwen import build_tiny_tokenizer  # noqa: E402
 
 from spacetools.agent.policies.ct2 import CT2Engine, shared_prefix  # noqa: E402
+from spacetools.agent.policies.engine import GenerationInterrupted  # noqa: E402
 from spacetools.agent.policies.generation import (  # noqa: E402
     Row,
     end_token_ids,
@@ -158,6 +159,17 @@ def test_a_refresh_serves_the_new_weights(tokenizer: Any) -> None:
     after = [result.ids for result in engine.generate(rows)]
     assert after != before
     assert after == hf_greedy(model, tokenizer, rows, blocked=[])
+
+
+def test_an_interrupt_stops_generation_and_a_cleared_one_generates_again(tokenizer: Any) -> None:
+    engine = CT2Engine(tiny_model("llama", len(tokenizer)), tokenizer, temperature=0.0, ends=[])
+    rows = rows_of(tokenizer)
+    engine.interrupt.set()  # as HFPolicy does when its batching task is cancelled (Ctrl-C)
+    with pytest.raises(GenerationInterrupted):
+        engine.generate(rows)
+    assert engine.in_flight == 0
+    engine.interrupt.clear()
+    assert [len(result.ids) for result in engine.generate(rows)] == [12, 5, 9]
 
 
 def test_bad_input_is_refused_in_one_line(tokenizer: Any) -> None:

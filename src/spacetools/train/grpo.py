@@ -321,7 +321,7 @@ async def _train_grpo(
                 rewards = torch.tensor(gathered.rewards, dtype=torch.float32)
                 trained_on = rewards
                 if config.placebo:
-                    placebo = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
+                    placebo = torch.Generator().manual_seed(step_seed)
                     trained_on = placebo_rewards(rewards, placebo)
                 advantages = group_advantages(trained_on, n, scale=config.scale_rewards)
 

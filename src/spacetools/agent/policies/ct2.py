@@ -41,9 +41,11 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from spacetools.agent.policies.engine import GenerationInterrupted
 from spacetools.agent.policies.generation import Row, Sampled
 
 # Model configurations whose CTranslate2 conversion this engine was checked against (tests/agent/test_ct2.py).
@@ -201,6 +203,8 @@ class CT2Engine:
         self.seed = seed
         self.refreshes = 0
         self._seeded = False
+        self.interrupt = threading.Event()  # set from the event loop's thread: stop at the next token
+        self.in_flight = 0  # tokens written so far by the running call (live progress)
         self._vocabulary: list[str] = []
         self._generator: Any = None
         self.refresh(model)
@@ -237,13 +241,16 @@ class CT2Engine:
             prefix = 0
         ids: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
+        self.in_flight = 0
 
         def on_step(step: Any) -> bool:
-            # Called once per generated token of a row; True stops that row.
+            # Called once per generated token of a row; True stops that row (every row, once interrupted).
             row = step.batch_id
             ids[row].append(step.token_id)
             logprobs[row].append(step.log_prob)
-            return step.token_id in self.ends or len(ids[row]) >= rows[row].max_new_tokens
+            self.in_flight += 1
+            done = step.token_id in self.ends or len(ids[row]) >= rows[row].max_new_tokens
+            return done or self.interrupt.is_set()
 
         if sampling and not self._seeded:
             ctranslate2.set_random_seed((self.seed + self.refreshes) % 2**32)
@@ -262,6 +269,9 @@ class CT2Engine:
             return_scores=True,  # the step results' log-probabilities
             callback=on_step,
         )
+        self.in_flight = 0
+        if self.interrupt.is_set():
+            raise GenerationInterrupted("generation interrupted")
         sampled = []
         for row, tokens, scores in zip(rows, ids, logprobs, strict=True):
             keep = next((at + 1 for at, token in enumerate(tokens) if token in self.ends), len(tokens))

@@ -26,7 +26,14 @@ from spacetools.agent.policies.kvcache import (
 
 
 class Engine(Protocol):
-    """Generates the next turn of a batch of rows; each row's tokens depend on its own prompt and seed."""
+    """Generates the next turn of a batch of rows; each row's tokens depend on its own prompt and seed.
+
+    `interrupt`, set from another thread, stops a running `generate` at its next token with
+    :class:`GenerationInterrupted`; `in_flight` counts the tokens the running call has written so far.
+    """
+
+    interrupt: threading.Event
+    in_flight: int
 
     def generate(self, rows: list[Row]) -> list[Sampled]: ...
 

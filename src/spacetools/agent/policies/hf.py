@@ -269,7 +269,7 @@ class HFPolicy(Policy):
             "new_tokens": stats.new_tokens,
             "generate_s": stats.generate_s,
             "entropy": stats.entropy_sum / stats.new_tokens if stats.new_tokens else 0.0,
-            "tokens_in_flight": getattr(self.engine, "in_flight", 0),
+            "tokens_in_flight": self.engine.in_flight,
         }
 
     def reset_stats(self) -> None:
@@ -327,9 +327,7 @@ class HFPolicy(Policy):
             except asyncio.CancelledError:
                 # Closing mid-generation (Ctrl-C) stops the worker thread at its next token, and must not
                 # leave these callers waiting forever.
-                interrupt = getattr(self.engine, "interrupt", None)
-                if interrupt is not None:
-                    interrupt.set()
+                self.engine.interrupt.set()
                 for request in batch:
                     request.future.cancel()
                 raise
@@ -344,9 +342,7 @@ class HFPolicy(Policy):
 
     def _generate(self, rows: list[Row]) -> list[tuple[Sampled, float]]:
         """One batched call of the engine (runs in a worker thread); each row with its share of the time."""
-        interrupt = getattr(self.engine, "interrupt", None)
-        if interrupt is not None:
-            interrupt.clear()  # a new run (a policy outlives an interrupted one)
+        self.engine.interrupt.clear()  # a new run (a policy outlives an interrupted one)
         started = time.perf_counter()
         sampled = self.engine.generate(rows)
         elapsed = time.perf_counter() - started
