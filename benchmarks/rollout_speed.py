@@ -21,7 +21,7 @@ weight refresh (what the trainer pays after each update) and the drift between t
 engine sampled with and those transformers recomputes on the same tokens (what the trainer recomputes and
 logs): mean |Δ| and the spread of the ratio exp(Δ), Δ = recomputed − sampled, over every sampled token.
 
-    python benchmarks/rollout_speed.py [--engines hf,ct2] [--repeats 2] [--prompts 4] [--group 4]
+    python benchmarks/rollout_speed.py [--engines hf,ct2] [--repeats 2] [--prompts 4] [--group 4] [--model DIR]
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     recipe = load_config(DIRLConfig, RECIPE)
     rollout = recipe.rollout
     temperature = recipe.grpo.temperature
-    folder = get_base_model(recipe.base_model)
+    folder = args.model or get_base_model(recipe.base_model)
     processor = load_processor(folder)
     model = load_vlm(folder, dtype="float32").eval()
     engines = args.engines.split(",")
@@ -196,6 +196,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "command": "python benchmarks/rollout_speed.py " + " ".join(sys.argv[1:]),
+        "model": str(folder),
         "threads": torch.get_num_threads(),
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
@@ -235,7 +236,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--engines",
         default="hf:before,hf:whole,hf",
-        help="comma-separated: hf, hf:nocache, ct2, ct2:<compute type>[:noprefix]",
+        help="comma-separated: hf, hf:whole, hf:before, ct2, ct2:<compute type>[:noprefix]",
+    )
+    parser.add_argument(
+        "--model", type=Path, help="a trained checkpoint (a DIRL stage's model/) instead of the recipe's base"
     )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=4, help="GRPO questions per step")
