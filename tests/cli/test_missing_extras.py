@@ -46,6 +46,8 @@ def run_without(modules: str, *args: str) -> subprocess.CompletedProcess[str]:
     [
         ("fastapi,uvicorn", "server", ["serve", "--port", "8797"]),
         ("mcp", "integrations", ["serve", "--mcp"]),
+        # MCP needs the web stack too: a core-only install is told the extra that brings both at once.
+        ("fastapi,uvicorn,mcp", "integrations", ["serve", "--mcp"]),
         ("ray", "ray", ["serve", "--backend", "ray", "--port", "8797"]),
         ("torch,transformers", "hf", ["eval", "--policy", "hf", "--option", "model_path={tmp}"]),
         ("openai", "openai", ["eval", "--policy", "openai", "--option", "model=m"]),
@@ -55,16 +57,33 @@ def run_without(modules: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_missing_extra_is_one_line(
     modules: str, extra: str, args: list[str], data: Path, tmp_path: Path
 ) -> None:
+    line = one_error_line(modules, args, data, tmp_path)
+    assert line.startswith("Error: ") and line.endswith(
+        f'needs the {extra} extra: pip install -e ".[{extra}]" (or make install)'
+    )
+
+
+def test_two_missing_extras_are_one_line_and_one_install(data: Path, tmp_path: Path) -> None:
+    """Ray on a core-only install lacks the server too: both extras in one command, not one per rerun."""
+    line = one_error_line(
+        "fastapi,uvicorn,ray", ["serve", "--backend", "ray", "--port", "8797"], data, tmp_path
+    )
+    assert line == (
+        "Error: fastapi, ray are not installed; spacetools serve needs the server and ray extras: "
+        'pip install -e ".[server,ray]" (or make install)'
+    )
+
+
+def one_error_line(modules: str, args: list[str], data: Path, tmp_path: Path) -> str:
+    """The command's stderr, which must be one line, after it exits with 2 having written nothing."""
     args = [arg.format(tmp=tmp_path) for arg in args]
     if args[0] == "eval":
         args += ["--data", str(data), "--out", str(tmp_path / "eval")]
     result = run_without(modules, *args)
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("Error: ") and line.endswith(
-        f'needs the {extra} extra: pip install -e ".[{extra}]" (or make install)'
-    )
     assert not (tmp_path / "run").exists() and not (tmp_path / "eval" / "samples.jsonl").exists()
+    return line
 
 
 def test_a_module_no_extra_brings_still_raises() -> None:

@@ -35,22 +35,31 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
 
 
 class MissingExtraError(ModuleNotFoundError):
-    """A module of an extra the command needs is not installed."""
+    """Modules of the extras a command needs are not installed."""
 
-    def __init__(self, module: str, extra: str) -> None:
-        super().__init__(f"{module} is not installed", name=module)
-        self.extra = extra
+    def __init__(self, modules: Sequence[str], extras: Sequence[str]) -> None:
+        super().__init__(f"{', '.join(modules)} not installed", name=modules[0])
+        self.modules = tuple(modules)
+        self.extras = tuple(extras)
 
 
-def require_extra(extra: str) -> None:
-    """Raise :class:`MissingExtraError` when a module of ``extra`` is not installed (checked, not imported)."""
-    for module in EXTRA_MODULES[extra]:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a broken install, or a module entry without a spec
-            found = False
-        if not found:
-            raise MissingExtraError(module, extra)
+def require_extra(*extras: str) -> None:
+    """Raise :class:`MissingExtraError` naming every one of ``extras`` with a module not installed (checked,
+    not imported), so that one install command brings all that the command needs, not the first of them."""
+    missing: dict[str, str] = {}  # extra -> its first module not installed (the one the line names)
+    for extra in extras:
+        absent = [module for module in EXTRA_MODULES[extra] if not _installed(module)]
+        if absent:
+            missing[extra] = absent[0]
+    if missing:
+        raise MissingExtraError(list(dict.fromkeys(missing.values())), list(missing))
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken install, or a module entry without a spec
+        return False
 
 
 def command_words(args: Sequence[str]) -> str:
@@ -64,12 +73,17 @@ def command_words(args: Sequence[str]) -> str:
 
 
 def missing_extra_line(error: ModuleNotFoundError, args: Sequence[str]) -> str | None:
-    """The one error line for a module an extra would install; None for any other missing module."""
-    module = (error.name or "").split(".")[0]
-    extra = error.extra if isinstance(error, MissingExtraError) else MODULE_EXTRAS.get(module)
-    if extra is None:
-        return None
+    """The one error line for modules extras would install; None for any other missing module."""
+    if isinstance(error, MissingExtraError):
+        modules, extras = error.modules, error.extras
+    else:
+        module = (error.name or "").split(".")[0]
+        if module not in MODULE_EXTRAS:
+            return None
+        modules, extras = (module,), (MODULE_EXTRAS[module],)
+    verb = "is" if len(modules) == 1 else "are"
+    noun = f"the {extras[0]} extra" if len(extras) == 1 else f"the {' and '.join(extras)} extras"
     return (
-        f"Error: {module} is not installed; {command_words(args)} needs the {extra} extra: "
-        f'pip install -e ".[{extra}]" (or make install)'
+        f"Error: {', '.join(modules)} {verb} not installed; {command_words(args)} needs {noun}: "
+        f'pip install -e ".[{",".join(extras)}]" (or make install)'
     )

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import typer
 from pydantic import ValidationError
 
+from spacetools.cli.extras import require_extra
 from spacetools.cli.options import ProfileOption, toolset_config_option, toolset_deployments
 from spacetools.toolshed import Toolshed
 from spacetools.toolshed.connection import DEFAULT_PROFILE
@@ -91,6 +92,8 @@ def serve(
     With `--mcp`, serve it to MCP clients instead, over stdio (a client starts the server) or
     streamable HTTP.
     """
+    # Every extra this command line needs, in one line: one install, not one per missing extra.
+    require_extra("integrations" if mcp else "server", *(["ray"] if backend == "ray" else []))
     deployments = with_profile(toolset_deployments(toolset, toolset_config), profile)
     if mcp_transport not in MCP_TRANSPORTS:
         raise typer.BadParameter(
