@@ -318,9 +318,7 @@ def _too_large(mask: ToolOutcome) -> bool:
     return area is not None and shape is not None and area > MAX_MASK_SHARE * shape[0] * shape[1]
 
 
-def _pick(
-    goal: RobotGoal, replay: _Replay, spots: list[Point]
-) -> tuple[ToolOutcome | None, list[ToolOutcome]]:
+def _pick(replay: _Replay, spots: list[Point]) -> tuple[ToolOutcome | None, list[ToolOutcome]]:
     """Grasp the segmented object, sampling again while the arm refuses and turns are left.
 
     Returns the last grasp's outcome (None: no grasp was found) and, read in the first grasp turn while
@@ -335,7 +333,7 @@ def _pick(
     picked: ToolOutcome | None = None
     spots_3d: list[ToolOutcome] = []
     thought = "I compute a grasp on the segmented object" + (
-        " and read the spot's 3D point while the arm does not hide it." if spots else "."
+        " and read the spots' 3D points while the arm does not hide them." if spots else "."
     )
     while True:
         grasp, *read = replay.call(thought, compute, *reads)
@@ -380,7 +378,7 @@ def _plan(goal: RobotGoal, replay: _Replay) -> str:
     refusal = _perceive(goal, replay, located.prompts)
     if refusal is not None:
         return refusal
-    picked, spots_3d = _pick(goal, replay, located.spots)
+    picked, spots_3d = _pick(replay, located.spots)
     if picked is None:
         return _answer("No grasp was found.", f"I could not find a grasp for the {goal.item}.")
     if picked.is_error:
