@@ -6,9 +6,11 @@ episodes in flight sampled in one batch, exact tools in this process. A GRPO ste
 x `--group` episodes sampled at the recipe's GRPO temperature through the recording policy the trainer
 uses; an evaluation is `--eval-questions` questions decoded greedily. Engines (`--engines`):
 
-- ``hf``: `HFPolicy` (transformers `generate`) with each episode's KV cache kept across its turns and
-  the shared system prefix encoded once, the reference;
-- ``hf:nocache``: the same policy encoding every turn's whole context again (the path before the cache);
+- ``hf``: `HFPolicy` with each episode's KV cache kept across its turns, the shared system prefix
+  encoded once, and each row dropped from its batch as soon as it ends (our decode loop), the reference;
+- ``hf:whole``: the same, every batch through transformers' `generate`, kept whole to its longest row;
+- ``hf:before``: `generate` encoding every turn's whole context again (no cache: the path when issue 31
+  was filed);
 - ``ct2`` / ``ct2:<compute type>``: `CT2Engine` (CTranslate2, `agent/policies/ct2.py`) behind the same
   policy, through a subclass overriding its private `_generate` (benchmark only); ``ct2:<compute
   type>:noprefix`` encodes every row whole (no shared prefix as CTranslate2's ``static_prompt``).
@@ -60,12 +62,16 @@ def make_policy(engine: str, model: Any, processor: Any, *, temperature: float, 
         "record": temperature > 0,
         "name": engine,
     }
-    if engine in ("hf", "hf:nocache"):
-        return HFPolicy(model, processor, kv_cache=engine == "hf", **settings)
+    if engine in ("hf", "hf:whole", "hf:before"):
+        policy = HFPolicy(model, processor, kv_cache=engine != "hf:before", **settings)
+        policy.engine.drop_finished_rows = engine == "hf"  # type: ignore[attr-defined]
+        return policy
     kind, _, rest = engine.partition(":")
     compute_type, _, variant = rest.partition(":")
     if kind != "ct2" or variant not in ("", "noprefix"):
-        raise SystemExit(f"unknown engine {engine!r} (hf, ct2, ct2:<compute type>[:noprefix])")
+        raise SystemExit(
+            f"unknown engine {engine!r} (hf, hf:whole, hf:before, ct2, ct2:<compute type>[:noprefix])"
+        )
     reference = HFPolicy(model, processor, **settings)
     engine = CT2Engine(
         model,
@@ -228,7 +234,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--engines",
-        default="hf,ct2",
+        default="hf:before,hf:whole,hf",
         help="comma-separated: hf, hf:nocache, ct2, ct2:<compute type>[:noprefix]",
     )
     parser.add_argument("--repeats", type=int, default=2)

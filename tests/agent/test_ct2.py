@@ -4,6 +4,10 @@ blocked tokens never written, each row's own limit, and new weights served after
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -215,3 +219,32 @@ def test_smollm2_greedy_tokens_and_sampled_logprobs_match_transformers() -> None
         assert result.logprobs == pytest.approx(
             recomputed_logprobs(model, row, result.ids, 1.0), abs=LOGPROB_TOLERANCE
         )
+
+
+def test_an_engine_dropped_after_generating_frees_its_generator_without_aborting() -> None:
+    # The step callback once held the engine: CTranslate2 released it on a worker thread, the engine's
+    # last reference went there, and its generator joined its own thread ("Resource deadlock avoided").
+    script = """
+import gc, time
+from tests.tiny_qwen import build_tiny_tokenizer
+from tests.agent.test_ct2 import rows_of, tiny_model
+from spacetools.agent.policies.ct2 import CT2Engine
+tokenizer = build_tiny_tokenizer()
+for _ in range(2):
+    engine = CT2Engine(tiny_model("llama", len(tokenizer)), tokenizer, temperature=0.0, ends=[], threads=2)
+    engine.generate(rows_of(tokenizer))
+    del engine
+    gc.collect()
+    time.sleep(0.2)
+print("freed")
+"""
+    root = Path(__file__).parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'src'}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "freed" in done.stdout, done.stderr[-2000:]

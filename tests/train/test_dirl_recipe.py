@@ -58,6 +58,9 @@ def test_the_reviewers_recipe_runs_end_to_end(tmp_path: Path) -> None:
     assert (out / "sft_cold_start" / "model" / "config.json").is_file()
     irl_config = json.loads((out / "irl_teacher" / "config.json").read_text())
     assert irl_config["model"] == str(out / "sft_cold_start" / "model")
+    # The IRL teacher is scored on the held-out questions of its family, with its one tool.
+    irl_eval = json.loads((out / "eval_irl" / "run.json").read_text())
+    assert irl_eval["benches"] == ["spatialsim_reflocation"] and irl_eval["tools"]["toolset"] == "pointing"
     # Stage 2: its own prompts, the families chosen on the validation set (none beats the guess here: all,
     # and it says so), DAPO's dropped fraction in every step's metrics.
     chosen = json.loads((out / "grpo_families" / "families.json").read_text())
@@ -72,7 +75,7 @@ def test_the_reviewers_recipe_runs_end_to_end(tmp_path: Path) -> None:
     # The table: every control beside the full run, with its paired gain over SFT.
     block = json.loads((out / "results.json").read_text())["held_out"]["eval"]
     assert list(block["evaluations"]) == [
-        "untrained", "SFT only", "full DIRL", "placebo", "full DIRL, seed 1", "SFT only, sampled",
+        "untrained", "IRL teacher (stage 1)", "SFT only", "full DIRL", "placebo", "full DIRL, seed 1", "SFT only, sampled",
         "full DIRL, sampled",
     ]  # fmt: skip
     assert set(block["gains"]) == {"placebo", "seed 1", "sampled"}

@@ -86,10 +86,14 @@ def test_the_whole_recipe_runs_resumes_after_kill_9_and_a_rerun_only_reports(tmp
     results = json.loads((out / "results.json").read_text())
     held_out = results["held_out"]["eval"]
     columns = held_out["evaluations"]
-    assert list(columns) == ["untrained", "SFT only", "without stage 1", "full DIRL"]
-    assert [c["folder"] for c in columns.values()] == ["eval_base", "eval_sft", "eval_no_irl", "eval_dirl"]
+    assert list(columns) == ["untrained", "IRL teacher (stage 1)", "SFT only", "without stage 1", "full DIRL"]
+    folders = ["eval_base", "eval_irl", "eval_sft", "eval_no_irl", "eval_dirl"]
+    assert [c["folder"] for c in columns.values()] == folders
     keys = {"spatialsim_robospatial", "spatialsim_blinkdepth"}
-    assert all(set(c["benchmarks"]) == keys for c in columns.values())
+    # The IRL teacher is evaluated on its own families only, with its one tool set.
+    irl_families = {f"spatialsim_{family}" for family in DIRLConfig.model_validate(MINIATURE).irl_families}
+    assert set(columns["IRL teacher (stage 1)"]["benchmarks"]) == irl_families & keys
+    assert all(set(c["benchmarks"]) == keys for name, c in columns.items() if name != "IRL teacher (stage 1)")
     # The constant guess and the paired SFT → DIRL gain sit beside the models, per benchmark.
     assert set(held_out["constant_guess"]) == keys and set(held_out["grpo_gain"]) == keys
     assert (out / "results.md").read_text() in result.output

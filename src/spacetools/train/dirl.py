@@ -5,7 +5,7 @@ finished stages and continues the unfinished one from its checkpoint (SFT and GR
 run killed with -9 anywhere ends with the same results as an unbroken one.
 
     data → constant-guess baseline → universal traces → base model → [format cold start: scripted
-    single-tool traces, SFT] → stage-1 GRPO (one pointing tool: the IRL teacher) → IRL traces → mix → SFT
+    single-tool traces, SFT] → stage-1 GRPO (one pointing tool: the IRL teacher) → eval(irl) → IRL traces → mix → SFT
     → eval(sft) → [families SFT beats the constant guess on, on the validation set] → stage-2 GRPO (all
     tools, its own prompt seed) → eval(dirl) → [placebo, further seeds, sampled evaluations] → eval(base)
     → table, plots
@@ -31,8 +31,9 @@ from typing import Any
 from rich.console import Console
 
 from spacetools.agent.protocol import build_system_prompt
+from spacetools.agent.rollout import RolloutConfig
 from spacetools.bench.baseline import constant_guesses
-from spacetools.bench.dataset import Sample, read_samples
+from spacetools.bench.dataset import load_samples, read_samples
 from spacetools.bench.evaluate import EvalConfig, evaluate_async
 from spacetools.bench.runlock import run_folder_lock
 from spacetools.bench.runlog import run_log
@@ -70,6 +71,7 @@ logger = logging.getLogger(__name__)
 # The evaluations of a run, in the order of the paper's ablation table, with their column names.
 EVALUATIONS = {
     "eval_base": "untrained",
+    "eval_irl": "IRL teacher (stage 1)",
     "eval_sft": "SFT only",
     "eval_no_irl": "without stage 1",
     "eval_dirl": "full DIRL",
@@ -125,6 +127,7 @@ class DIRLRun(StagedRun):
             await self.stage("traces_cold_start", self._cold_start_traces)
             await self.stage("sft_cold_start", lambda folder: self._sft(folder, "traces_cold_start"))
         await self.stage("irl_teacher", self._irl_teacher)
+        await self.stage("eval_irl", self._evaluate_irl_teacher)
         await self.stage("traces_irl", self._irl_traces)
         await self.stage("traces_mix", self._mix)
         await self.stage("sft", self._sft)
@@ -270,7 +273,9 @@ class DIRLRun(StagedRun):
         guesses = {
             name: {
                 key: guess.to_dict()
-                for key, guess in constant_guesses(train, _first_of_each(read_samples(path), limit)).items()
+                for key, guess in constant_guesses(
+                    train, list(load_samples(path, limit=limit).values())
+                ).items()
             }
             for name, (path, limit) in held_out.items()
         }
@@ -304,8 +309,12 @@ class DIRLRun(StagedRun):
         data: Path | None = None,
         limit: int | None = None,
         temperature: float = 0.0,
+        benches: list[str] | None = None,
+        tools: ToolsConfig | None = None,
+        rollout: RolloutConfig | None = None,
     ) -> None:
-        """Evaluate `model` into `folder`: greedy, or sampled at `temperature` (seeded by the run's seed)."""
+        """Evaluate `model` into `folder`: greedy, or sampled at `temperature` (seeded by the run's seed);
+        by default on every family, with the recipe's tools and rollout."""
         from spacetools.agent.policies.hf import load_hf_policy
 
         # One generate call takes every episode in flight.
@@ -318,13 +327,14 @@ class DIRLRun(StagedRun):
         config = EvalConfig(
             data=data or self.eval_data,
             out=folder,
+            benches=benches,
             limit=limit or self.config.eval_limit,
             policy="hf",
-            tools=self.config.tools,
+            tools=tools or self.config.tools,
             report=True,
             # The prompt and limits the model was trained with (a different prompt is another task).
             # A sampled evaluation draws from the run's seed (with each task id and turn).
-            rollout=self.config.rollout.model_copy(update={"sampling_seed": self.config.seed}),
+            rollout=(rollout or self.config.rollout).model_copy(update={"sampling_seed": self.config.seed}),
         )
         try:
             summary = await evaluate_async(policy, config=config, console=self.console)
@@ -353,6 +363,12 @@ class DIRLRun(StagedRun):
         config = self._grpo_config(self.config.irl, start, folder, tools=tools, benches=self._irl_benches)
         with self.monitor(config) as progress:
             await train_grpo_async(config, progress=progress)
+
+    async def _evaluate_irl_teacher(self, folder: Path) -> None:
+        """The IRL teacher on the held-out questions of its families, with its tool set and limits."""
+        irl, model = self.config.resolved(self.config.irl), self.stage_dir("irl_teacher") / "model"
+        tools, rollout = self._irl_tools(irl.tools), self.config.stage_rollout(self.config.irl)
+        await self._evaluate(model, folder, benches=self._irl_benches, tools=tools, rollout=rollout)
 
     async def _irl_traces(self, folder: Path) -> None:
         # The IRL teacher answers the questions it was trained on, with the limits it was trained with.
@@ -472,17 +488,6 @@ class DIRLRun(StagedRun):
         )
         counts = await collect_traces_async(config)
         (folder / "counts.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
-
-
-def _first_of_each(samples: list[Sample], limit: int | None) -> list[Sample]:
-    """The first `limit` samples of each benchmark, in file order (what an evaluation with `limit` scores)."""
-    seen: dict[str, int] = {}
-    kept = []
-    for sample in samples:
-        seen[sample.data_source] = seen.get(sample.data_source, 0) + 1
-        if limit is None or seen[sample.data_source] <= limit:
-            kept.append(sample)
-    return kept
 
 
 def run_dirl(config: DIRLConfig, out: Path, console: Console | None = None) -> dict[str, Summary]:

@@ -204,10 +204,14 @@ class CT2Engine:
         self.refreshes = 0
         self._seeded = False
         self.interrupt = threading.Event()  # set from the event loop's thread: stop at the next token
-        self.in_flight = 0  # tokens written so far by the running call (live progress)
+        self._written = [0]  # tokens written so far by the running call (live progress)
         self._vocabulary: list[str] = []
         self._generator: Any = None
         self.refresh(model)
+
+    @property
+    def in_flight(self) -> int:
+        return self._written[0]
 
     def refresh(self, model: Any) -> None:
         """Serve `model`'s current weights (call after each training update)."""
@@ -241,16 +245,19 @@ class CT2Engine:
             prefix = 0
         ids: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
-        self.in_flight = 0
+        # The callback holds no reference to the engine: CTranslate2 releases it on a worker thread, and
+        # if that dropped the engine's last reference the generator would join its own thread (abort).
+        written, ends, interrupt = self._written, set(self.ends), self.interrupt
+        written[0] = 0
 
         def on_step(step: Any) -> bool:
             # Called once per generated token of a row; True stops that row (every row, once interrupted).
             row = step.batch_id
             ids[row].append(step.token_id)
             logprobs[row].append(step.log_prob)
-            self.in_flight += 1
-            done = step.token_id in self.ends or len(ids[row]) >= rows[row].max_new_tokens
-            return done or self.interrupt.is_set()
+            written[0] += 1
+            done = step.token_id in ends or len(ids[row]) >= rows[row].max_new_tokens
+            return done or interrupt.is_set()
 
         if sampling and not self._seeded:
             ctranslate2.set_random_seed((self.seed + self.refreshes) % 2**32)
@@ -269,7 +276,7 @@ class CT2Engine:
             return_scores=True,  # the step results' log-probabilities
             callback=on_step,
         )
-        self.in_flight = 0
+        written[0] = 0
         if self.interrupt.is_set():
             raise GenerationInterrupted("generation interrupted")
         sampled = []

@@ -10,17 +10,18 @@ computed. Generation stops at the next token once `interrupt` is set (Ctrl-C), r
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Protocol
 
-from spacetools.agent.policies.generation import Row, Sampled, generate_rows
+from spacetools.agent.policies.decoding import decode_rows
+from spacetools.agent.policies.generation import Row, Sampled, applies_processors, generate_rows
 from spacetools.agent.policies.kvcache import (
     MIN_SHARED_PREFIX,
     KVSlot,
     batch_cache,
     common_prefix,
     encode_prefix,
-    row_slot,
     usable_length,
 )
 
@@ -33,7 +34,9 @@ class Engine(Protocol):
     """
 
     interrupt: threading.Event
-    in_flight: int
+
+    @property
+    def in_flight(self) -> int: ...
 
     def generate(self, rows: list[Row]) -> list[Sampled]: ...
 
@@ -47,8 +50,10 @@ class GenerationInterrupted(RuntimeError):
 
 
 class HFEngine:
-    """Batched transformers ``generate`` (see :func:`~spacetools.agent.policies.generation.generate_rows`),
-    reusing each row's cache (``Row.cache``) and a shared prompt prefix."""
+    """Batched decoding with transformers models, reusing each row's cache (``Row.cache``) and a shared
+    prompt prefix: text-only batches in our own loop, which drops each row as it ends
+    (:func:`~spacetools.agent.policies.decoding.decode_rows`), batches with images in ``generate``
+    (:func:`~spacetools.agent.policies.generation.generate_rows`)."""
 
     def __init__(
         self, model: Any, config: Any, *, temperature: float, blocked: list[int], ends: set[int]
@@ -61,6 +66,8 @@ class HFEngine:
         self.prefix: KVSlot | None = None  # the last new episode's prompt, whose start the next ones share
         self.interrupt = threading.Event()  # set from the event loop's thread: stop at the next token
         self.in_flight = 0  # tokens written so far by the running call (live progress)
+        # False: every batch through `generate`, kept whole to its longest row (a benchmark's baseline).
+        self.drop_finished_rows = True
 
     def refresh(self, model: Any) -> None:
         self.model = model
@@ -77,10 +84,15 @@ class HFEngine:
             past = None
             if fed < width:
                 past = batch_cache(self.model, [(row.ids, row.cache) for row in rows], width, fed)
-            sampled, cache = generate_rows(
+            whole = not self.drop_finished_rows or applies_processors(self.config)
+            decode = (
+                functools.partial(generate_rows, config=self.config)
+                if whole or any(row.vision for row in rows)
+                else functools.partial(decode_rows, pad_token_id=self.config.pad_token_id)
+            )
+            sampled, slots = decode(
                 self.model,
                 rows,
-                self.config,
                 temperature=self.temperature,
                 blocked=self.blocked,
                 ends=self.ends,
@@ -91,10 +103,9 @@ class HFEngine:
             self.in_flight = 0
             if self.interrupt.is_set():
                 raise GenerationInterrupted("generation interrupted")
-            for i, (row, result) in enumerate(zip(rows, sampled, strict=True)):
+            for row, result, slot in zip(rows, sampled, slots, strict=True):
                 result.cached = max(len(row.ids) - fed, 0)
-                if row.cache is not None:
-                    slot = row_slot(cache, i, row.ids + result.ids, width - len(row.ids))
+                if row.cache is not None and slot is not None:
                     row.cache.ids, row.cache.layers = slot.ids, slot.layers
             if unshared is not None and unshared.cache is not None:
                 self.prefix = unshared.cache.cropped(len(unshared.ids))

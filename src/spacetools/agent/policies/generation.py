@@ -18,10 +18,9 @@ import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from spacetools.agent.policies.kvcache import KVSlot
+from spacetools.agent.policies.kvcache import KVSlot, row_slot
 
 # Logit processors a checkpoint's generation_config may switch on (Qwen2.5 Instruct ships
 # `repetition_penalty: 1.05`) that `generate` applies before our sampler, set to the value that leaves the
@@ -126,6 +125,15 @@ def generation_config(model: Any, tokenizer: Any, max_new_tokens: int, *, neutra
     return config
 
 
+def applies_processors(config: Any) -> bool:
+    """Whether `generate` with these settings would change the logits before our sampler (a checkpoint's
+    repetition penalty in an evaluation, say); our own decode loop applies none."""
+    return any(
+        getattr(config, key, None) not in (neutral, None, [], {})
+        for key, neutral in NEUTRAL_PROCESSORS.items()
+    )
+
+
 def end_token_ids(config: Any, tokenizer: Any) -> set[int]:
     """The tokens that end a turn: the generation config's end tokens and the tokenizer's."""
     ends = config.eos_token_id
@@ -150,6 +158,19 @@ class RowSampler:
         self.entropies: list[Any] = []  # per step, (B,)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        """`generate`'s logits processor: choose every row's token, record it, and leave greedy search
+        only the chosen token."""
+        import torch
+
+        chosen, logp, entropy = self.choose(scores, list(range(len(self.seeds))))
+        self.logprobs.append(logp)
+        self.entropies.append(entropy)
+        only = torch.full_like(scores, float("-inf"))
+        return only.scatter(-1, chosen.unsqueeze(-1), 0.0)
+
+    def choose(self, scores: Any, rows: list[int]) -> tuple[Any, Any, Any]:
+        """The next token of each of ``rows`` (indices into the seeds; ``scores`` has one line per row),
+        with its log-probability and its distribution's entropy, each ``(len(rows),)``."""
         import torch
 
         if self.blocked:
@@ -157,9 +178,8 @@ class RowSampler:
             scores = scores.index_fill(-1, blocked, float("-inf"))
         if self.temperature == 0:
             logp = torch.log_softmax(scores.float(), dim=-1)  # (B, V)
-            self.logprobs.append(logp.max(-1).values)
-            self.entropies.append(torch.special.entr(logp.exp()).sum(-1))
-            return scores
+            best = logp.max(-1)
+            return best.indices, best.values, torch.special.entr(logp.exp()).sum(-1)
         if not self.generators:
             self.generators = [torch.Generator(scores.device).manual_seed(seed) for seed in self.seeds]
         logp = torch.log_softmax(scores.float() / self.temperature, dim=-1)  # (B, V)
@@ -169,16 +189,14 @@ class RowSampler:
         cdf = probs.double().cumsum(-1)  # (B, V)
         uniform = torch.cat(
             [
-                torch.rand(1, generator=gen, dtype=torch.float64, device=scores.device)
-                for gen in self.generators
+                torch.rand(1, generator=self.generators[row], dtype=torch.float64, device=scores.device)
+                for row in rows
             ]
         )  # (B,)
         chosen = torch.searchsorted(cdf, (uniform * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
         chosen = chosen.clamp(max=scores.shape[-1] - 1)  # (B,)
-        self.logprobs.append(logp.gather(-1, chosen.unsqueeze(-1)).squeeze(-1))
-        self.entropies.append(torch.special.entr(probs).sum(-1))  # a suppressed token adds 0, not NaN
-        only = torch.full_like(scores, float("-inf"))
-        return only.scatter(-1, chosen.unsqueeze(-1), 0.0)
+        logprob = logp.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+        return chosen, logprob, torch.special.entr(probs).sum(-1)  # a suppressed token adds 0, not NaN
 
 
 def generate_rows(
@@ -192,9 +210,10 @@ def generate_rows(
     past: Any = None,
     interrupt: threading.Event | None = None,
     on_step: Callable[[int], None] | None = None,
-) -> tuple[list[Sampled], Any]:
+) -> tuple[list[Sampled], list[KVSlot | None]]:
     """Continue every row in one left-padded `generate` call, as long as its longest row may grow; each
-    row's new tokens end at an end token or at its own limit. Returns them with the batch's KV cache.
+    row's new tokens end at an end token or at its own limit. Returns them with, for the rows that keep a
+    cache (``Row.cache``), the keys and values of their prompt and new tokens (all but the last).
 
     `past`: the cache of the batch's first positions (see :func:`~spacetools.agent.policies.kvcache.batch_cache`);
     `interrupt`: once set, generation stops after the current step (the caller discards the batch);
@@ -245,6 +264,7 @@ def generate_rows(
     logprobs = torch.stack(sampler.logprobs, 1).tolist() if sampler.logprobs else None  # (B, >= N)
     entropies = torch.stack(sampler.entropies, 1) if sampler.entropies else None  # (B, >= N)
     sampled = []
+    slots: list[KVSlot | None] = []
     for i, (row, tokens) in enumerate(zip(rows, new, strict=True)):
         tokens = tokens[: row.max_new_tokens]
         keep = next((at + 1 for at, token in enumerate(tokens) if token in ends), len(tokens))
@@ -255,4 +275,8 @@ def generate_rows(
                 entropy=float(entropies[i, :keep].sum()) if entropies is not None else 0.0,
             )
         )
-    return sampled, output.cache
+        start = width - len(row.ids)
+        slots.append(
+            row_slot(output.cache, i, row.ids + tokens[:keep], start) if row.cache is not None else None
+        )
+    return sampled, slots
