@@ -138,7 +138,7 @@ def test_the_expert_picks_with_tools_only_and_the_run_writes_a_report(tmp_path: 
     (result,) = results
     names = [call.name for call in result.trajectory.tool_calls]
     assert names == [
-        "roborefer.detect_one",
+        *["roborefer.detect_one"] * 3,  # the expert takes the median of three pointings
         "sam2.segment_from_point",
         "robot.get_depth_with_pointcloud",
         "grasp_generator.compute_grasp",

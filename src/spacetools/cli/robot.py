@@ -115,7 +115,10 @@ def evaluate(
         raise typer.BadParameter(f"unknown category {unknown[0]!r}; choose from: {', '.join(CATEGORIES)}")
     options = key_values(option)
     try:
-        chosen = make_policy("robot_scripted" if policy == "scripted" else policy, **options)
+        if policy == "scripted":  # the expert retries only while turns are left to finish
+            chosen = make_policy("robot_scripted", **{"max_turns": max_turns, **options})
+        else:
+            chosen = make_policy(policy, **options)
     except (ValueError, TypeError, OSError) as error:  # OSError: a model folder without its weights
         raise typer.BadParameter(" ".join(str(error).split()), param_hint="--policy") from None
     # Built as their turn comes, categories interleaved, so a long run's first rows cover every category.
