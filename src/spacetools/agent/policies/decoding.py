@@ -1,4 +1,4 @@
-"""A decode loop for text-only batches that drops each row from the batch as soon as it has ended.
+"""A decode loop for text-only models' batches that drops each row from the batch as soon as it has ended.
 
 transformers' ``generate`` keeps a batch whole until its last row ends: the rows that ended keep being
 computed as padding, so on a CPU (where a step's cost grows with its rows) a batch with one long row costs
@@ -8,7 +8,7 @@ its KV cache back at once and leaves the batch (its keys and values are selected
 What a row samples is what :func:`~spacetools.agent.policies.generation.generate_rows` samples: the same
 left-padded prefill, the same positions (the attention mask's running count, as ``generate`` computes
 them) and the same :class:`~spacetools.agent.policies.generation.RowSampler`, whose draws depend on the
-row's own seed only. Rows with images go through ``generate`` (a VLM's rotary positions come from its
+row's own seed only. A VLM's rows go through ``generate`` (its rotary positions come from its
 image grid, which this loop does not build).
 
 torch and transformers are imported inside the function, so the package imports without them.

@@ -51,8 +51,8 @@ class GenerationInterrupted(RuntimeError):
 
 class HFEngine:
     """Batched decoding with transformers models, reusing each row's cache (``Row.cache``) and a shared
-    prompt prefix: text-only batches in our own loop, which drops each row as it ends
-    (:func:`~spacetools.agent.policies.decoding.decode_rows`), batches with images in ``generate``
+    prompt prefix: a text-only model's batches in our own loop, which drops each row as it ends
+    (:func:`~spacetools.agent.policies.decoding.decode_rows`), a VLM's batches in ``generate``
     (:func:`~spacetools.agent.policies.generation.generate_rows`)."""
 
     def __init__(
@@ -84,7 +84,10 @@ class HFEngine:
             past = None
             if fed < width:
                 past = batch_cache(self.model, [(row.ids, row.cache) for row in rows], width, fed)
-            whole = not self.drop_finished_rows or applies_processors(self.config)
+            # A VLM's rotary positions come from its image grid, which our loop does not build: a VLM's
+            # batches stay in `generate` even when they carry no image.
+            vlm = getattr(self.model.config, "vision_config", None) is not None
+            whole = not self.drop_finished_rows or applies_processors(self.config) or vlm
             decode = (
                 functools.partial(generate_rows, config=self.config)
                 if whole or any(row.vision for row in rows)
