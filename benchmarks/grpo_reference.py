@@ -18,9 +18,10 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "src")]
 
+from smollm2_steps import synthetic_example  # noqa: E402 (a sibling script: benchmarks/ is on the path)
 from spacetools.kit.loading import load_vlm  # noqa: E402
 from spacetools.train.base_models import get_base_model  # noqa: E402
-from spacetools.train.episodes import Example, forward_logprobs, logprobs_from_hidden  # noqa: E402
+from spacetools.train.episodes import forward_logprobs, logprobs_from_hidden  # noqa: E402
 from spacetools.train.reference import LastLayersReference  # noqa: E402
 
 TOKENS, ROUNDS, TRAINED = 512, 5, 4
@@ -28,11 +29,7 @@ TOKENS, ROUNDS, TRAINED = 512, 5, 4
 
 def main() -> None:
     folder = get_base_model("smollm2-135m")
-    torch.manual_seed(0)
-    ids = torch.randint(100, 40000, (TOKENS,))
-    mask = torch.zeros(TOKENS, dtype=torch.long)
-    mask[TOKENS // 2 :] = 1  # the second half is the model's own turns
-    example = Example(ids, mask)
+    example = synthetic_example(TOKENS)
     policy = load_vlm(folder, dtype=torch.float32, trainable=f"last_layers:{TRAINED}")
     full = load_vlm(folder, dtype=torch.float32)
     shared = LastLayersReference(policy, policy, TRAINED)
@@ -42,7 +39,7 @@ def main() -> None:
             forward_logprobs(policy, example, "cpu")  # the policy's own pass, which the update runs anyway
         started = time.perf_counter()
         with torch.no_grad():
-            reference = logprobs_from_hidden(shared.hidden(), shared.head, ids, mask)
+            reference = logprobs_from_hidden(shared.hidden(), shared.head, example.ids, example.mask)
         times["shared_layers_s"].append(time.perf_counter() - started)
         started = time.perf_counter()
         with torch.no_grad():

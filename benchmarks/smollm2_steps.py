@@ -25,20 +25,25 @@ from spacetools.train.episodes import Example, forward_logprobs  # noqa: E402
 TOKENS = 512
 
 
+def synthetic_example(tokens: int) -> Example:
+    """`tokens` random ids (seed 0), the second half marked as the model's own turns."""
+    torch.manual_seed(0)
+    ids = torch.randint(100, 40000, (tokens,))
+    mask = torch.zeros(tokens, dtype=torch.long)
+    mask[tokens // 2 :] = 1
+    return Example(ids, mask)
+
+
 def main() -> None:
     folder = get_base_model("smollm2-135m")
-    torch.manual_seed(0)
-    ids = torch.randint(100, 40000, (TOKENS,))
-    mask = torch.zeros(TOKENS, dtype=torch.long)
-    mask[TOKENS // 2 :] = 1  # the second half is the model's own turns
-    example = Example(ids, mask)
+    example = synthetic_example(TOKENS)
     results: dict[str, float] = {"threads": torch.get_num_threads(), "load": os.getloadavg()[0]}
     for trainable in ("full", "last_layers:4", "lora"):
         model = load_vlm(folder, dtype=torch.float32, trainable=trainable, lora=LoraSettings())
         model.train()
         forward_logprobs(model, example, "cpu").sum().backward()  # warm-up
         started = time.perf_counter()
-        (-(forward_logprobs(model, example, "cpu") * mask).sum()).backward()
+        (-(forward_logprobs(model, example, "cpu") * example.mask).sum()).backward()
         results[f"sft_step_{trainable}_s"] = round(time.perf_counter() - started, 2)
         if trainable == "full":
             with torch.no_grad():

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from spacetools.agent.policies.generation import Row, RowSampler, Sampled
+from spacetools.agent.policies.generation import Row, RowSampler, Sampled, left_padded
 from spacetools.agent.policies.kvcache import KVSlot, row_slot
 
 
@@ -47,12 +47,8 @@ def decode_rows(
     import torch
     from transformers import DynamicCache
 
-    width = max(len(row.ids) for row in rows)
-    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)  # (B, W)
-    mask = torch.zeros_like(ids)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row.ids) :] = torch.tensor(row.ids)
-        mask[i, width - len(row.ids) :] = 1
+    ids, mask = left_padded(rows, pad_token_id)  # (B, W)
+    width = ids.shape[1]
     cached = 0 if past is None else past.get_seq_length()
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (B, W), as `generate` numbers them
     cache = past if past is not None else DynamicCache(config=model.config)

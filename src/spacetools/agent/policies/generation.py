@@ -125,6 +125,19 @@ def generation_config(model: Any, tokenizer: Any, max_new_tokens: int, *, neutra
     return config
 
 
+def left_padded(rows: list[Row], pad_token_id: int) -> tuple[Any, Any]:
+    """The rows' ids left-padded to the longest, ``(B, W)``, and the attention mask of their real tokens."""
+    import torch
+
+    width = max(len(row.ids) for row in rows)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row.ids) :] = torch.tensor(row.ids)
+        mask[i, width - len(row.ids) :] = 1
+    return ids, mask
+
+
 def applies_processors(config: Any) -> bool:
     """Whether `generate` with these settings would change the logits before our sampler (a checkpoint's
     repetition penalty in an evaluation, say); our own decode loop applies none."""
@@ -235,12 +248,8 @@ def generate_rows(
             stop = interrupt is not None and interrupt.is_set()
             return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
-    width = max(len(row.ids) for row in rows)
-    ids = torch.full((len(rows), width), config.pad_token_id, dtype=torch.long)  # (B, T)
-    mask = torch.zeros_like(ids)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row.ids) :] = torch.tensor(row.ids)
-        mask[i, width - len(row.ids) :] = 1
+    ids, mask = left_padded(rows, config.pad_token_id)
+    width = ids.shape[1]
     vision = join_vision([chunk for row in rows for chunk in row.vision])
     sampler = RowSampler([row.seed for row in rows], temperature, blocked)
     config = copy.copy(
